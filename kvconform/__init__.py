@@ -1,0 +1,3 @@
+"""kvconform: a regression conformance suite for the KV caches of causal language models."""
+
+__version__ = "0.1.0"

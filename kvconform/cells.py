@@ -1,0 +1,45 @@
+"""Cells: one model × dtype × device × cache implementation, with ids a person can type into ``-k``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvconform.matrix import Matrix, ModelSpec, Tolerance
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One probe run: every check of the cell reads the same record."""
+
+    spec: ModelSpec
+    dtype: str
+    device: str
+    cache: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.spec.id}[{self.dtype}-{self.device}-{self.cache}]"
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return self.spec.settings.tolerances[self.dtype]
+
+
+def expand_cells(matrix: Matrix) -> list[Cell]:
+    """Every cell of the matrix, grouped by model (a model's cells stay together)."""
+    return [
+        Cell(spec, dtype, device, cache)
+        for spec in matrix.models
+        for device in spec.settings.devices
+        for dtype in spec.settings.dtypes
+        for cache in spec.settings.caches
+    ]
+
+
+def shard(matrix: Matrix, index: int, count: int) -> Matrix:
+    """The ``index``-th of ``count`` deterministic shards, split by model (1-based index)."""
+    from dataclasses import replace
+
+    if not 1 <= index <= count:
+        raise ValueError(f"--shard {index}/{count}: the index must be between 1 and {count}")
+    return replace(matrix, models=tuple(m for n, m in enumerate(matrix.models) if n % count == index - 1))

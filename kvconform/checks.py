@@ -1,0 +1,214 @@
+"""Checks: a probe record against an expectation -> ``CheckResult`` (no transformers loading, no pytest).
+
+Each check reads the same ``ProbeRecord``; none runs the model. Failure messages are diagnoses:
+which step, which layer, which position, measured vs limit.
+"""
+
+from __future__ import annotations
+
+from kvconform.geometry import CacheGeometry
+from kvconform.matrix import Tolerance
+from kvconform.probe import ProbeRecord, StepRecord
+from kvconform.results import CheckResult
+
+BYTES_PER_VALUE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
+CHECKS = ("parity", "growth", "shapes", "bytes", "generate")
+
+
+def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
+    """Every step's cached logits within ``atol + rtol * max|reference logit|`` of the uncached pass."""
+    limit = tolerance.limit(record.logit_scale)
+    deltas = [step.max_abs_delta for step in record.steps]
+    worst = max(record.steps, key=lambda s: s.max_abs_delta)
+    disagree = [s.step for s in record.steps if s.cached_argmax != s.reference_argmax]
+    details = {
+        "step_max_abs_delta": deltas,
+        "tolerance": limit,
+        "logit_scale": record.logit_scale,
+        "argmax_agree": not disagree,
+        "argmax_disagree_steps": disagree,
+    }
+    measured, shown_limit = f"{worst.max_abs_delta:.2e}", f"{limit:.2e}"
+    if record.nonfinite:
+        return CheckResult("parity", False, "non-finite", shown_limit, f"{record.nonfinite} ({record.dtype})", details)
+    failing = [s for s in record.steps if s.max_abs_delta > limit]
+    argmax_note = "greedy argmax agrees at every step" if not disagree else f"greedy argmax differs at steps {disagree}"
+    if not failing:
+        message = f"max |Δlogit| {measured} at step {worst.step} ≤ {shown_limit} ({_limit_text(tolerance, record)}); {argmax_note}"
+        return CheckResult("parity", True, measured, shown_limit, message, details)
+    first = failing[0]
+    lines = [
+        f"cached logits diverge from the uncached reference at decode step {first.step} "
+        f"({_step_name(first, record)}): |Δ| {first.max_abs_delta:.3g} at batch row {first.worst_row}, "
+        f"vocab id {first.worst_vocab_id} > limit {shown_limit} ({_limit_text(tolerance, record)})",
+        f"steps over the limit: {[s.step for s in failing]} of {len(record.steps)}; worst |Δ| {measured} at step {worst.step}",
+        argmax_note,
+        "per-step max |Δ|: " + ", ".join(f"{d:.2e}" for d in deltas),
+    ]
+    if record.divergence is not None:
+        lines.append(record.divergence.describe())
+        details["divergence"] = record.divergence.describe()
+    elif record.located:
+        lines.append("stored K/V match a fresh pass at every layer and position: suspect the attention mask or positions")
+    return CheckResult("parity", False, measured, shown_limit, "\n".join(lines), details)
+
+
+def _limit_text(tolerance: Tolerance, record: ProbeRecord) -> str:
+    return f"{record.dtype}: {tolerance.atol:g} + {tolerance.rtol:g} × max|logit| {record.logit_scale:.3g}"
+
+
+def _step_name(step: StepRecord, record: ProbeRecord) -> str:
+    return "prefill" if step.step == 0 else f"cache length {step.seq_length}, token position {record.plan.prompt_length + step.step - 1}"
+
+
+def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
+    """``get_seq_length()`` is P after prefill and P+k after step k; each layer stores what its type keeps."""
+    prompt = record.plan.prompt_length
+    trace = [step.seq_length for step in record.steps]
+    expected = [prompt + k for k in range(len(record.steps))]
+    measured = "→".join(map(str, trace))
+    limit = "→".join(map(str, expected))
+    details = {"seq_length_trace": trace, "expected_trace": expected}
+    if trace != expected:
+        k = next(i for i, (a, b) in enumerate(zip(trace, expected)) if a != b)
+        previous = trace[k - 1] if k else 0
+        message = (
+            f"get_seq_length() is {trace[k]} after {'prefill' if k == 0 else f'decode step {k}'}, expected {expected[k]}"
+            f" (grew by {trace[k] - previous} instead of {expected[k] - (expected[k - 1] if k else 0)}); trace {measured}"
+        )
+        return CheckResult("growth", False, measured, limit, message, details)
+    problem = _first_length_problem(record, geometry)
+    if problem:
+        return CheckResult("growth", False, measured, limit, problem, details)
+    return CheckResult("growth", True, measured, limit, f"cache length {measured}; every layer stores what its type keeps", details)
+
+
+def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> str | None:
+    for step in record.steps:
+        seen = record.plan.prompt_length + step.step
+        for layer, state in zip(geometry.layers, step.layers):
+            if not layer.keeps_kv or state.keys_shape is None:
+                continue
+            want = layer.stored_length(seen, record.max_cache_len)
+            got = state.keys_shape[-2]
+            if got != want:
+                rule = "the preallocated length" if record.max_cache_len else (
+                    f"min(tokens, window-1) for window {layer.window}" if layer.window else "every token seen"
+                )
+                return (
+                    f"layer {layer.index} ({layer.reason}) stores {got} positions after "
+                    f"{'prefill' if step.step == 0 else f'decode step {step.step}'} ({seen} tokens seen), expected {want} ({rule})"
+                )
+    return None
+
+
+def shapes(record: ProbeRecord, geometry: CacheGeometry, explanation: str) -> CheckResult:
+    """Every layer's K and V are ``[B, H_kv, S_layer, head_dim]`` from the config; no-K/V layers keep none."""
+    batch = record.plan.batch_size
+    no_kv = [l.index for l in geometry.layers if not l.keeps_kv]
+    details = {"no_kv_layers": no_kv, "kv_layers": len(geometry.kv_layers), "geometry": explanation}
+    for step in record.steps:
+        if len(step.layers) != len(geometry.layers):
+            message = f"cache has {len(step.layers)} layers, the config has {len(geometry.layers)} decoder layers"
+            return CheckResult("shapes", False, f"{len(step.layers)} layers", f"{len(geometry.layers)} layers", message, details)
+        seen = record.plan.prompt_length + step.step
+        for layer, state in zip(geometry.layers, step.layers):
+            problem = _layer_shape_problem(layer, state, batch, seen, record)
+            if problem:
+                when = "prefill" if step.step == 0 else f"decode step {step.step}"
+                message = f"after {when}, layer {layer.index} ({state.layer_class}; {layer.reason}): {problem}; {explanation}"
+                return CheckResult("shapes", False, problem.split(";")[0], "", message, details)
+    last = record.steps[-1]
+    first_kv = next((s for s, l in zip(last.layers, geometry.layers) if l.keeps_kv), None)
+    measured = f"{list(first_kv.keys_shape)}" if first_kv and first_kv.keys_shape else "no K/V"
+    listed = f"; layers keeping no K/V: {no_kv}" if no_kv else ""
+    message = f"{len(geometry.kv_layers)} K/V layers match [B, H_kv, S_layer, head_dim] ({explanation}){listed}"
+    return CheckResult("shapes", True, measured, measured, message, details)
+
+
+def _layer_shape_problem(layer, state, batch: int, seen: int, record: ProbeRecord) -> str | None:
+    if not layer.keeps_kv:
+        if state.keys_shape is not None:
+            return f"config says this layer keeps no K/V, but the cache stores keys {list(state.keys_shape)}"
+        return None
+    if state.keys_shape is None:
+        return "expected K/V tensors, the cache layer holds none"
+    want_k, want_v = layer.expected_shapes(batch, seen, record.max_cache_len)
+    for name, got, want in (("keys", state.keys_shape, want_k), ("values", state.values_shape, want_v)):
+        if tuple(got) != want:
+            hint = ""
+            if len(got) == 4 and got[1] != want[1] and got[1] % max(want[1], 1) == 0:
+                hint = f" (stores {got[1]} heads: expanded to the query-head count instead of H_kv={want[1]}?)"
+            return f"{name} {list(got)} != expected {list(want)} [B, H_kv, S, head_dim]{hint}"
+    if state.dtype != record.dtype:
+        return f"K/V stored as {state.dtype}, the model runs in {record.dtype}"
+    return None
+
+
+def cache_bytes(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
+    """Measured K/V tensor bytes equal ``2 × L × H_kv × d_head × N × B × bytes`` (per layer), exactly."""
+    per_value = BYTES_PER_VALUE[record.dtype]
+    batch = record.plan.batch_size
+    trace = []
+    for step in record.steps:
+        seen = record.plan.prompt_length + step.step
+        measured = sum(state.kv_bytes for state in step.layers)
+        expected = geometry.expected_bytes(batch, seen, record.max_cache_len, per_value)
+        trace.append((measured, expected))
+        if measured != expected:
+            ratio = measured / expected if expected else float("inf")
+            message = (
+                f"after {'prefill' if step.step == 0 else f'decode step {step.step}'} ({seen} tokens) the cache holds "
+                f"{measured:,} bytes of K/V, the formula gives {expected:,} (× {ratio:.3g}); "
+                + _formula_text(geometry, batch, seen, record, per_value)
+            )
+            return CheckResult("bytes", False, f"{measured:,} B", f"{expected:,} B", message, {"bytes_trace": trace})
+    measured, expected = trace[-1]
+    message = f"{measured:,} bytes = formula at every step; " + _formula_text(geometry, batch, record.plan.prompt_length + record.steps[-1].step, record, per_value)
+    return CheckResult("bytes", True, f"{measured:,} B", f"{expected:,} B", message, {"bytes_trace": trace})
+
+
+def _formula_text(geometry: CacheGeometry, batch: int, seen: int, record: ProbeRecord, per_value: int) -> str:
+    kv = geometry.kv_layers
+    if not kv:
+        return "no layer keeps K/V"
+    first = kv[0]
+    return (
+        f"Σ over {len(kv)} K/V layers of (d_k {first.k_head_dim} + d_v {first.v_head_dim}) × H_kv {first.kv_heads}"
+        f" × S_layer × B {batch} × {per_value} bytes (S_layer = {first.stored_length(seen, record.max_cache_len)} for layer {first.index})"
+    )
+
+
+def generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
+    """``generate()`` with and without the cache give the same greedy tokens.
+
+    A divergence is accepted only outside float32 and only at a near-tie: where the uncached top-2
+    logit margin is within the dtype's parity limit, rounding alone can pick either token.
+    """
+    gen = record.generate
+    if gen is None:
+        return CheckResult("generate", True, "not run", "", "generate parity disabled for this cell")
+    steps = len(gen.cached_tokens[0]) if gen.cached_tokens else 0
+    details = {"cached_tokens": gen.cached_tokens, "uncached_tokens": gen.uncached_tokens}
+    if gen.first_divergence is None:
+        return CheckResult("generate", True, f"{steps}/{steps} equal", f"{steps}/{steps}", f"the same {steps} greedy tokens in every row", details)
+    limit = tolerance.limit(record.logit_scale)
+    k = gen.first_divergence
+    rows = [r for r, (a, b) in enumerate(zip(gen.cached_tokens, gen.uncached_tokens)) if a[k] != b[k]]
+    message = (
+        f"greedy tokens part at generated token {k} (rows {rows}): cached {[gen.cached_tokens[r][k] for r in rows]} vs "
+        f"uncached {[gen.uncached_tokens[r][k] for r in rows]}; uncached top-2 logit margin there {gen.margin_at_divergence:.3g}"
+    )
+    near_tie = record.dtype != "float32" and gen.margin_at_divergence is not None and gen.margin_at_divergence <= limit
+    if near_tie:
+        return CheckResult("generate", True, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" ≤ parity limit {limit:.3g}: a near-tie", details)
+    return CheckResult("generate", False, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" > parity limit {limit:.3g}", details)
+
+
+def run_all(record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> dict[str, CheckResult]:
+    """Every check on one record, keyed by check name."""
+    results = (
+        parity(record, tolerance), growth(record, geometry), shapes(record, geometry, explanation),
+        cache_bytes(record, geometry), generate(record, tolerance),
+    )
+    return {result.name: result for result in results}

@@ -1,0 +1,62 @@
+"""The environment header of a report: versions, devices, git commit, matrix hash (no secrets)."""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import subprocess
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def device_names() -> list[str]:
+    """``cpu`` plus every visible accelerator by name."""
+    import torch
+
+    names = ["cpu"]
+    if torch.cuda.is_available():
+        names += [f"cuda:{i} {torch.cuda.get_device_name(i)}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        names.append("mps")
+    return names
+
+
+def describe_environment(root: Path, matrix_path: Path | None) -> dict[str, Any]:
+    """Versions and provenance; only allow-listed facts, never environment variables or tokens."""
+    import kvconform
+
+    matrix_hash = None
+    if matrix_path is not None and matrix_path.is_file():
+        matrix_hash = hashlib.sha256(matrix_path.read_bytes()).hexdigest()
+    return {
+        "kvconform": kvconform.__version__,
+        "python": platform.python_version(),
+        "torch": _version("torch"),
+        "transformers": _version("transformers"),
+        "accelerate": _version("accelerate"),
+        "platform": platform.platform(terse=True),
+        "devices": device_names(),
+        "git_commit": _git_commit(root),
+        "matrix_path": str(matrix_path) if matrix_path is not None else None,
+        "matrix_sha256": matrix_hash,
+        "date": datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+    }

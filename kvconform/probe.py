@@ -1,0 +1,324 @@
+"""Run a model once per cell and record what the checks need, as plain data.
+
+Prefill P prompt tokens, decode N greedy steps feeding the returned cache back, and compare every
+step's cached logits with ONE uncached forward pass over the final sequence (causality makes its
+logits at position P-1+k the reference for step k). Tensors never leave this module.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kvconform.kv_compare import Divergence, locate_divergence
+from kvconform.matrix import Tolerance
+
+
+@dataclass(frozen=True)
+class ProbePlan:
+    """What to run: sizes, cache kind and where to run it."""
+
+    batch_size: int
+    prompt_length: int
+    decode_steps: int
+    seed: int
+    cache: str = "dynamic"
+    device: str = "cpu"
+    generate: bool = True
+    #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
+    locate_tolerance: Tolerance | None = None
+
+
+@dataclass
+class LayerState:
+    """One cache layer after a step: K/V shapes and bytes, or the states it keeps instead."""
+
+    index: int
+    layer_class: str
+    keys_shape: tuple[int, ...] | None
+    values_shape: tuple[int, ...] | None
+    dtype: str | None
+    kv_bytes: int
+    state_shapes: tuple[tuple[int, ...], ...] = ()
+
+
+@dataclass
+class StepRecord:
+    """Step 0 is the prefill; step k consumed the k-th generated token."""
+
+    step: int
+    seq_length: int
+    layers: list[LayerState]
+    max_abs_delta: float
+    worst_row: int
+    worst_vocab_id: int
+    cached_argmax: list[int]
+    reference_argmax: list[int]
+    reference_top2_margin: list[float]
+
+
+@dataclass
+class GenerateRecord:
+    """Greedy ``generate()`` with and without the cache."""
+
+    cached_tokens: list[list[int]]
+    uncached_tokens: list[list[int]]
+    first_divergence: int | None
+    margin_at_divergence: float | None
+
+
+@dataclass
+class ProbeRecord:
+    """Everything the checks read about one cell."""
+
+    plan: ProbePlan
+    dtype: str
+    cache_class: str
+    max_cache_len: int | None
+    steps: list[StepRecord]
+    logit_scale: float
+    nonfinite: str | None
+    located: bool
+    """Whether the K/V localization pass ran (``divergence`` is then its finding, or ``None``: K/V agree)."""
+    divergence: Divergence | None
+    generate: GenerateRecord | None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def max_abs_delta(self) -> float:
+        return max(step.max_abs_delta for step in self.steps)
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward keyword the installed transformers expects for the cache (``cache`` in 5.24+)."""
+    params = inspect.signature(model.forward).parameters
+    if "cache" in params:
+        return "cache"
+    if "past_key_values" in params:
+        return "past_key_values"
+    raise TypeError(f"{type(model).__name__}.forward takes neither 'cache' nor 'past_key_values'")
+
+
+def returned_cache(output: Any) -> Any:
+    """The cache object a forward returned, under either name."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else getattr(output, "past_key_values", None)
+
+
+def make_prompt(plan: ProbePlan, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """Seeded random prompts, a different one per batch row."""
+    generator = torch.Generator().manual_seed(plan.seed)
+    high = max(4, min(vocab_size, 32000))
+    ids = torch.randint(3, high, (plan.batch_size, plan.prompt_length), generator=generator)
+    return ids.to(device)
+
+
+def new_cache(model: torch.nn.Module, kind: str, max_len: int) -> Any:
+    """A fresh cache of ``kind``; ``None`` lets the model build its own default (dynamic) cache."""
+    if kind == "dynamic":
+        return None
+    if kind == "static":
+        from transformers import StaticCache
+
+        return StaticCache(config=model.config, max_cache_len=max_len)
+    raise ValueError(f"unknown cache kind {kind!r}")
+
+
+def cache_layers(cache: Any) -> list[Any]:
+    """The per-layer objects of a transformers ``Cache``; legacy tuples are wrapped."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return list(layers)
+    if isinstance(cache, (tuple, list)):
+        return [_LegacyLayer(*entry[:2]) for entry in cache]
+    raise TypeError(f"unsupported cache object {type(cache).__name__}")
+
+
+@dataclass
+class _LegacyLayer:
+    keys: torch.Tensor
+    values: torch.Tensor
+
+
+def seq_length(cache: Any) -> int:
+    if hasattr(cache, "get_seq_length"):
+        return int(cache.get_seq_length())
+    return int(cache[0][0].shape[-2])
+
+
+def snapshot_layers(cache: Any) -> list[LayerState]:
+    """Shapes, dtype and tensor bytes of every layer's K/V (or its non-K/V states)."""
+    states = []
+    for index, layer in enumerate(cache_layers(cache)):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        has_kv = isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 3
+        kv_bytes = keys.numel() * keys.element_size() + values.numel() * values.element_size() if has_kv else 0
+        other = [
+            tuple(t.shape)
+            for name in ("conv_states", "recurrent_states")
+            for t in (getattr(layer, name, None) or {}).values()
+            if isinstance(t, torch.Tensor)
+        ]
+        states.append(
+            LayerState(
+                index=index,
+                layer_class=type(layer).__name__,
+                keys_shape=tuple(keys.shape) if has_kv else None,
+                values_shape=tuple(values.shape) if has_kv else None,
+                dtype=str(keys.dtype).removeprefix("torch.") if has_kv else None,
+                kv_bytes=kv_bytes,
+                state_shapes=tuple(other),
+            )
+        )
+    return states
+
+
+def _compare(cached: torch.Tensor, reference: torch.Tensor) -> tuple[float, int, int]:
+    delta = (cached.float() - reference.float()).abs()
+    delta = torch.nan_to_num(delta, nan=float("inf"))
+    flat = int(delta.argmax())
+    row, vocab_id = divmod(flat, delta.shape[-1])
+    return float(delta.max()), row, vocab_id
+
+
+def _top2_margin(logits: torch.Tensor) -> list[float]:
+    top = logits.float().topk(2, dim=-1).values
+    return (top[:, 0] - top[:, 1]).tolist()
+
+
+def _describe_nonfinite(cached: list[torch.Tensor], reference: torch.Tensor) -> str | None:
+    for step, logits in enumerate(cached):
+        if not torch.isfinite(logits).all():
+            return f"cached logits at step {step} are not finite"
+    if not torch.isfinite(reference).all():
+        return "uncached reference logits are not finite"
+    return None
+
+
+@torch.inference_mode()
+def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
+    """Prefill, decode ``plan.decode_steps`` greedy steps, and compare with one uncached pass."""
+    device = next(model.parameters()).device
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    keyword = cache_keyword(model)
+    total = plan.prompt_length + plan.decode_steps
+    timings: dict[str, float] = {}
+
+    prompt = make_prompt(plan, model.config.get_text_config(decoder=True).vocab_size, device)
+    start = time.perf_counter()
+    cache = new_cache(model, plan.cache, total)
+    output = model(input_ids=prompt, use_cache=True, **({keyword: cache} if cache is not None else {}))
+    timings["prefill_s"] = time.perf_counter() - start
+    cache = returned_cache(output)
+    cached_logits = [output.logits[:, -1, :]]
+    lengths, layer_states = [seq_length(cache)], [snapshot_layers(cache)]
+    sequence = [prompt]
+
+    start = time.perf_counter()
+    for _ in range(plan.decode_steps):
+        token = cached_logits[-1].argmax(dim=-1, keepdim=True)
+        sequence.append(token)
+        output = model(input_ids=token, use_cache=True, **{keyword: cache})
+        cache = returned_cache(output)
+        cached_logits.append(output.logits[:, -1, :])
+        lengths.append(seq_length(cache))
+        layer_states.append(snapshot_layers(cache))
+    timings["decode_s"] = time.perf_counter() - start
+
+    full = torch.cat(sequence, dim=1)
+    start = time.perf_counter()
+    reference = model(input_ids=full, use_cache=False).logits
+    timings["reference_s"] = time.perf_counter() - start
+    reference_steps = reference[:, plan.prompt_length - 1 :, :]
+
+    steps = []
+    for step, logits in enumerate(cached_logits):
+        ref = reference_steps[:, step, :]
+        delta, row, vocab_id = _compare(logits, ref)
+        steps.append(
+            StepRecord(
+                step=step, seq_length=lengths[step], layers=layer_states[step],
+                max_abs_delta=delta, worst_row=row, worst_vocab_id=vocab_id,
+                cached_argmax=logits.argmax(-1).tolist(), reference_argmax=ref.argmax(-1).tolist(),
+                reference_top2_margin=_top2_margin(ref),
+            )
+        )
+
+    finite_ref = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
+    logit_scale = float(finite_ref.abs().max())
+    divergence = None
+    located = plan.locate_tolerance is not None and max(s.max_abs_delta for s in steps) > plan.locate_tolerance.limit(logit_scale)
+    if located:
+        start = time.perf_counter()
+        divergence = _locate(model, keyword, plan, cache, full)
+        timings["locate_s"] = time.perf_counter() - start
+
+    generate = None
+    if plan.generate:
+        start = time.perf_counter()
+        generate = run_generate(model, prompt, plan.decode_steps)
+        timings["generate_s"] = time.perf_counter() - start
+
+    return ProbeRecord(
+        plan=plan,
+        dtype=dtype,
+        cache_class=type(cache).__name__,
+        max_cache_len=total if plan.cache == "static" else None,
+        steps=steps,
+        logit_scale=logit_scale,
+        located=located,
+        nonfinite=_describe_nonfinite(cached_logits, reference_steps),
+        divergence=divergence,
+        generate=generate,
+        timings=timings,
+    )
+
+
+def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> Divergence | None:
+    """Compare the decoded cache with the K/V one fresh pass over the whole sequence stores."""
+    fresh = new_cache(model, plan.cache, full.shape[1])
+    output = model(input_ids=full, use_cache=True, **({keyword: fresh} if fresh is not None else {}))
+    reference_cache = returned_cache(output)
+    pairs = []
+    for decoded, reference in zip(cache_layers(cache), cache_layers(reference_cache)):
+        keys = getattr(decoded, "keys", None)
+        ref_keys = getattr(reference, "keys", None)
+        if isinstance(keys, torch.Tensor) and isinstance(ref_keys, torch.Tensor):
+            pairs.append((keys, decoded.values, ref_keys, reference.values))
+        else:
+            pairs.append(None)
+    return locate_divergence(pairs, valid_length=full.shape[1])
+
+
+def run_generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -> GenerateRecord:
+    """Greedy generate with and without the cache; where they part, the uncached top-2 margin."""
+    from transformers import GenerationConfig
+
+    runs = {}
+    for use_cache in (True, False):
+        config = GenerationConfig(
+            max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=use_cache,
+            eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
+        )
+        runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+    new = prompt.shape[1]
+    cached, uncached = runs[True].sequences[:, new:], runs[False].sequences[:, new:]
+    differs = (cached != uncached).any(dim=0).nonzero()
+    first = int(differs[0]) if len(differs) else None
+    margin = None
+    if first is not None:
+        margin = min(_top2_margin(runs[False].scores[first]))
+    return GenerateRecord(
+        cached_tokens=cached.tolist(), uncached_tokens=uncached.tolist(),
+        first_divergence=first, margin_at_divergence=margin,
+    )
+
+
+def cast_model(model: torch.nn.Module, dtype: str, device: str) -> torch.nn.Module:
+    """A copy of ``model`` in ``dtype`` on ``device`` (the float32 master stays untouched)."""
+    return copy.deepcopy(model).to(device=device, dtype=getattr(torch, dtype))

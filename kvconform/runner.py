@@ -1,0 +1,77 @@
+"""Per-worker memo of models and probe records: a model is built once, a cell is probed once."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvconform.cells import Cell
+from kvconform.geometry import CacheGeometry, cache_geometry, explain
+from kvconform.models import load_master
+from kvconform.probe import ProbePlan, ProbeRecord, cast_model, run_probe
+
+
+@dataclass
+class CellOutcome:
+    """A cell's probe record, or the exception that kept it from running."""
+
+    record: ProbeRecord | None = None
+    error: BaseException | None = None
+    geometry: CacheGeometry | None = None
+    explanation: str = ""
+    load_s: float = 0.0
+
+
+@dataclass
+class CellRunner:
+    """Holds one master model at a time (cells arrive grouped by model) and every cell's outcome."""
+
+    outcomes: dict[str, CellOutcome] = field(default_factory=dict)
+    loads: int = 0
+    _model_id: str | None = None
+    _master: Any = None
+    _load_error: BaseException | None = None
+    _load_s: float = 0.0
+
+    def outcome(self, cell: Cell) -> CellOutcome:
+        if cell.id not in self.outcomes:
+            self.outcomes[cell.id] = self._run(cell)
+        return self.outcomes[cell.id]
+
+    def _master_for(self, cell: Cell) -> Any:
+        if self._model_id != cell.spec.id:
+            self._model_id, self._master, self._load_error = cell.spec.id, None, None
+            start = time.perf_counter()
+            try:
+                self.loads += 1
+                self._master = load_master(cell.spec)
+            except Exception as exc:  # noqa: BLE001 - reported on every cell of this model
+                self._load_error = exc
+            self._load_s = time.perf_counter() - start
+        if self._load_error is not None:
+            raise self._load_error
+        return self._master
+
+    def _run(self, cell: Cell) -> CellOutcome:
+        try:
+            master = self._master_for(cell)
+        except Exception as exc:  # noqa: BLE001
+            return CellOutcome(error=exc, load_s=self._load_s)
+        settings = cell.spec.settings
+        plan = ProbePlan(
+            batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
+            seed=settings.seed, cache=cell.cache, device=cell.device, generate=settings.generate,
+            locate_tolerance=cell.tolerance,
+        )
+        try:
+            model = master if _already_placed(master, cell) else cast_model(master, cell.dtype, cell.device)
+            record = run_probe(model, plan)
+            return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s)
+        except Exception as exc:  # noqa: BLE001 - a crash inside a model fails its cell, not the run
+            return CellOutcome(error=exc, load_s=self._load_s)
+
+
+def _already_placed(master: Any, cell: Cell) -> bool:
+    """Models spread by ``device_map`` are probed where accelerate put them, in float32 only."""
+    return bool(getattr(master, "hf_device_map", None)) and cell.dtype == "float32"

@@ -1,0 +1,51 @@
+"""Fixtures shared by the conformance suites: one probe record per cell, verdicts into reports."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from kvconform.cells import Cell
+from kvconform.models import ModelRefused, ModelUnavailable
+from kvconform.plugin import RESULT_KEY, STATE, TIMING_KEY
+from kvconform.results import CheckResult
+from kvconform.runner import CellOutcome, CellRunner
+
+
+@pytest.fixture
+def outcome(cell: Cell, request: pytest.FixtureRequest) -> CellOutcome:
+    """The cell's probe record (run once per cell per worker); a model that can't run fails its cells."""
+    state = request.config.stash[STATE]
+    if state.runner is None:
+        state.runner = CellRunner()
+    first = cell.id not in state.runner.outcomes
+    result = state.runner.outcome(cell)
+    if first:
+        timings = {"load_s": round(result.load_s, 4), "loads": state.runner.loads}
+        if result.record is not None:
+            timings.update({k: round(v, 4) for k, v in result.record.timings.items()})
+        request.node.user_properties.append((TIMING_KEY, timings))
+    if isinstance(result.error, ModelUnavailable):
+        pytest.skip(str(result.error))
+    if result.error is not None:
+        kind = "refused" if isinstance(result.error, ModelRefused) else f"{type(result.error).__name__}"
+        pytest.fail(f"{cell.id}: model could not be built, loaded or run ({kind}): {_summary(result.error)}", pytrace=False)
+    return result
+
+
+def _summary(error: BaseException) -> str:
+    text = str(error).strip().splitlines()
+    return (text[0] if text else repr(error))[:500]
+
+
+@pytest.fixture
+def verdict(request: pytest.FixtureRequest) -> Callable[[CheckResult], None]:
+    """Record a check's result for the reports, then assert it with its diagnosis."""
+
+    def judge(result: CheckResult) -> None:
+        request.node.user_properties.append((RESULT_KEY, result.to_dict()))
+        if not result.passed:
+            pytest.fail(f"{result.name}: {result.message}", pytrace=False)
+
+    return judge

@@ -1,0 +1,30 @@
+"""The conformance checks, one test per matrix cell each; all read the cell's single probe record."""
+
+from __future__ import annotations
+
+from kvconform import checks
+
+
+def test_parity(cell, outcome, verdict):
+    """Cached next-token logits match one uncached pass at every decode step."""
+    verdict(checks.parity(outcome.record, cell.tolerance))
+
+
+def test_growth(cell, outcome, verdict):
+    """The cache grows by exactly one position per step; each layer keeps what its type keeps."""
+    verdict(checks.growth(outcome.record, outcome.geometry))
+
+
+def test_shapes(cell, outcome, verdict):
+    """Every layer's K/V is [B, H_kv, S_layer, head_dim] with H_kv and head_dim from the config."""
+    verdict(checks.shapes(outcome.record, outcome.geometry, outcome.explanation))
+
+
+def test_bytes(cell, outcome, verdict):
+    """Measured K/V bytes equal 2 × L × H_kv × d_head × N × B × bytes."""
+    verdict(checks.cache_bytes(outcome.record, outcome.geometry))
+
+
+def test_generate(cell, outcome, verdict):
+    """generate() with and without the cache picks the same greedy tokens."""
+    verdict(checks.generate(outcome.record, cell.tolerance))

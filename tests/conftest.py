@@ -1,0 +1,52 @@
+"""Shared helpers for the self-tests: tiny seeded models and a one-call probe-and-check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from kvconform import checks
+from kvconform.geometry import cache_geometry, explain
+from kvconform.matrix import Tolerance
+from kvconform.probe import ProbePlan, cast_model, run_probe
+from kvconform.results import CheckResult
+from kvconform.synthetic import build_synthetic, shrink_config
+
+#: The default matrix's tolerances (kept equal to model_matrix.yaml by test_matrix).
+TOLERANCES = {
+    "float32": Tolerance(atol=1e-5, rtol=1e-4),
+    "float16": Tolerance(atol=1e-3, rtol=4e-2),
+    "bfloat16": Tolerance(atol=1e-2, rtol=1e-1),
+}
+
+
+def tiny(model_type: str, **overrides: Any) -> torch.nn.Module:
+    """A shrunk random-weight model of ``model_type`` (float32)."""
+    return build_synthetic(shrink_config(model_type, overrides), seed=0).eval()
+
+
+def probe_and_check(
+    model: torch.nn.Module, *, dtype: str = "float32", cache: str = "dynamic", prompt_length: int = 6,
+    decode_steps: int = 8, batch_size: int = 2,
+) -> dict[str, CheckResult]:
+    """Probe ``model`` in ``dtype`` and run every check, as the suite does for one cell."""
+    plan = ProbePlan(
+        batch_size=batch_size, prompt_length=prompt_length, decode_steps=decode_steps, seed=0, cache=cache,
+        locate_tolerance=TOLERANCES[dtype],
+    )
+    record = run_probe(cast_model(model, dtype, "cpu"), plan)
+    return checks.run_all(record, cache_geometry(model.config), explain(model.config), TOLERANCES[dtype])
+
+
+@pytest.fixture(scope="session")
+def llama() -> torch.nn.Module:
+    """GQA: 4 query heads, 2 KV heads."""
+    return tiny("llama")
+
+
+@pytest.fixture(scope="session")
+def mistral() -> torch.nn.Module:
+    """Every layer slides with a window of 4, so a 6-token prompt already crosses it."""
+    return tiny("mistral", sliding_window=4)

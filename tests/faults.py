@@ -1,0 +1,188 @@
+"""Planted KV-cache faults for the self-tests: each patches transformers' cache code for one `with` block.
+
+Every fault is a real bug class (see the seeds' "common mistake"): the suite must fail the right
+check and say where.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer, StaticLayer
+
+Patch = tuple[type, str, Callable[..., Any]]
+
+
+def _decoding(layer: Any, key_states: torch.Tensor) -> bool:
+    """True for a one-token decode update on an already filled layer."""
+    return layer.is_initialized and layer.keys is not None and layer.keys.numel() > 0 and key_states.shape[-2] == 1
+
+
+def _dynamic(store: Callable[[Any, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> list[Patch]:
+    """Replace what a DynamicLayer stores on decode; ``store`` returns the (keys, values) to attend over."""
+    original = DynamicLayer.update
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not _decoding(self, key_states):
+            return original(self, key_states, value_states, *args, **kwargs)
+        return store(self, key_states, value_states)
+
+    return [(DynamicLayer, "update", update)]
+
+
+def _append(self: Any, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    self.keys = torch.cat([self.keys, keys], dim=-2)
+    self.values = torch.cat([self.values, values], dim=-2)
+    return self.keys, self.values
+
+
+def write_late() -> list[Patch]:
+    """The new K/V lands one slot late: the token's own slot holds the previous write (zeros at first)."""
+
+    def store(self, k, v):
+        pending = getattr(self, "_pending", (torch.zeros_like(k), torch.zeros_like(v)))
+        self._pending = (k, v)
+        return _append(self, *pending)
+
+    return _dynamic(store)
+
+
+def not_written() -> list[Patch]:
+    """The new K/V is attended to once but never stored."""
+
+    def store(self, k, v):
+        return torch.cat([self.keys, k], dim=-2), torch.cat([self.values, v], dim=-2)
+
+    return _dynamic(store)
+
+
+def no_growth() -> list[Patch]:
+    """The new K/V overwrites the last column instead of being appended."""
+
+    def store(self, k, v):
+        self.keys = torch.cat([self.keys[..., :-1, :], k], dim=-2)
+        self.values = torch.cat([self.values[..., :-1, :], v], dim=-2)
+        return self.keys, self.values
+
+    return _dynamic(store)
+
+
+def grows_by_two() -> list[Patch]:
+    """The new K/V is appended twice."""
+
+    def store(self, k, v):
+        return _append(self, torch.cat([k, k], dim=-2), torch.cat([v, v], dim=-2))
+
+    return _dynamic(store)
+
+
+def stale_column() -> list[Patch]:
+    """The previous column is stored again in place of the new token's K/V."""
+
+    def store(self, k, v):
+        return _append(self, self.keys[..., -1:, :], self.values[..., -1:, :])
+
+    return _dynamic(store)
+
+
+def zero_column() -> list[Patch]:
+    """A zero column is stored in place of the new token's K/V."""
+
+    def store(self, k, v):
+        return _append(self, torch.zeros_like(k), torch.zeros_like(v))
+
+    return _dynamic(store)
+
+
+def expanded_heads(repeats: int = 2) -> list[Patch]:
+    """K/V stored expanded to the query-head count (H instead of H_kv); attention still sees H_kv."""
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.keys = torch.cat([self.keys, key_states.repeat_interleave(repeats, dim=1)], dim=-2)
+        self.values = torch.cat([self.values, value_states.repeat_interleave(repeats, dim=1)], dim=-2)
+        return self.keys[:, ::repeats], self.values[:, ::repeats]
+
+    return [(DynamicLayer, "update", update)]
+
+
+def position_drift() -> list[Patch]:
+    """The cache reports one token more than it holds once filled, so rotary positions shift."""
+    original = Cache.get_seq_length
+
+    def get_seq_length(self: Any, *args: Any, **kwargs: Any) -> int:
+        length = original(self, *args, **kwargs)
+        return length + 1 if length else length
+
+    return [(Cache, "get_seq_length", get_seq_length)]
+
+
+def short_window() -> list[Patch]:
+    """Sliding-window layers keep one token fewer than the window needs (window-2, not window-1).
+
+    The attention mask is shrunk to match, so the model runs but loses the oldest in-window token.
+    """
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.cumulative_length += key_states.shape[-2]
+        full_keys = torch.cat([self.keys, key_states], dim=-2)
+        full_values = torch.cat([self.values, value_states], dim=-2)
+        keep = self.sliding_window - 2
+        self.keys, self.values = full_keys[..., -keep:, :], full_values[..., -keep:, :]
+        return full_keys, full_values
+
+    def get_mask_sizes(self: Any, query_length: int) -> tuple[int, int]:
+        stored = min(self.cumulative_length, self.sliding_window - 2)
+        return stored + query_length, self.cumulative_length - stored
+
+    return [(DynamicSlidingWindowLayer, "update", update), (DynamicSlidingWindowLayer, "get_mask_sizes", get_mask_sizes)]
+
+
+def static_wrong_slot() -> list[Patch]:
+    """A static cache writes each decoded token one slot past its position."""
+    original = StaticLayer.update
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not (self.is_initialized and key_states.shape[-2] == 1):
+            return original(self, key_states, value_states, *args, **kwargs)
+        slot = self.cumulative_length + 1
+        self.cumulative_length.add_(1)
+        if slot < self.max_cache_len:
+            self.keys.index_copy_(2, slot.reshape(1), key_states)
+            self.values.index_copy_(2, slot.reshape(1), value_states)
+        return self.keys, self.values
+
+    return [(StaticLayer, "update", update)]
+
+
+FAULTS: dict[str, Callable[[], list[Patch]]] = {
+    "write_late": write_late,
+    "not_written": not_written,
+    "no_growth": no_growth,
+    "grows_by_two": grows_by_two,
+    "stale_column": stale_column,
+    "zero_column": zero_column,
+    "expanded_heads": expanded_heads,
+    "position_drift": position_drift,
+    "short_window": short_window,
+    "static_wrong_slot": static_wrong_slot,
+}
+
+
+@contextmanager
+def planted(fault: str) -> Iterator[None]:
+    """Apply one fault from ``FAULTS`` for the duration of the block."""
+    patches = FAULTS[fault]()
+    saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in patches]
+    try:
+        for cls, name, replacement in patches:
+            setattr(cls, name, replacement)
+        yield
+    finally:
+        for cls, name, original in saved:
+            setattr(cls, name, original)
+

@@ -1,0 +1,75 @@
+"""Planted cache faults are caught by the right check, located, in every dtype; healthy models pass."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import probe_and_check
+from tests.faults import planted
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+#: fault -> (model fixture, cache kind, checks that must fail, words the parity diagnosis must contain)
+EXPECTED = {
+    "write_late": ("llama", "dynamic", {"parity"}, "layer 0, position 6 (keys): written one position late"),
+    "not_written": ("llama", "dynamic", {"parity", "growth", "shapes", "bytes"}, "missing column"),
+    "no_growth": ("llama", "dynamic", {"parity", "growth", "shapes", "bytes"}, "missing column"),
+    "grows_by_two": ("llama", "dynamic", {"parity", "growth", "shapes", "bytes"}, "layer 0, position 7"),
+    "stale_column": ("llama", "dynamic", {"parity"}, "layer 0, position 6 (keys): stale"),
+    "zero_column": ("llama", "dynamic", {"parity"}, "layer 0, position 6 (keys): zero column"),
+    "position_drift": ("llama", "dynamic", {"parity", "growth"}, "position 6 (keys): keys differ while values agree"),
+    "expanded_heads": ("llama", "dynamic", {"shapes", "bytes"}, None),
+    "short_window": ("mistral", "dynamic", {"parity", "growth", "shapes", "bytes"}, "layers 0-0 store correct K/V"),
+    "static_wrong_slot": ("llama", "static", {"parity"}, "layer 0, position 6 (keys): written one position late"),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("model_name", ["llama", "mistral"])
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_healthy_models_pass_every_check(request, model_name, cache, dtype):
+    results = probe_and_check(request.getfixturevalue(model_name), dtype=dtype, cache=cache)
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert not failed, failed
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fault", sorted(EXPECTED))
+def test_planted_fault_is_caught_and_located(request, fault, dtype):
+    model_name, cache, must_fail, located = EXPECTED[fault]
+    model = request.getfixturevalue(model_name)
+    with planted(fault):
+        results = probe_and_check(model, dtype=dtype, cache=cache)
+    failed = {name for name, r in results.items() if not r.passed}
+    assert must_fail <= failed, f"{fault} in {dtype}: expected {sorted(must_fail)} to fail, failed {sorted(failed)}"
+    if located is not None:
+        assert located in results["parity"].message, results["parity"].message
+    if "parity" not in must_fail:
+        assert results["parity"].passed, "expanded heads keep the logits right: only memory checks may fail"
+
+
+def test_growth_message_names_step_and_trace(llama):
+    with planted("grows_by_two"):
+        growth = probe_and_check(llama)["growth"]
+    assert "get_seq_length() is 8 after decode step 1, expected 7 (grew by 2 instead of 1)" in growth.message
+    assert growth.measured.startswith("6→8→10")
+
+
+def test_expanded_heads_message_points_at_the_gqa_trap(llama):
+    with planted("expanded_heads"):
+        results = probe_and_check(llama)
+    assert "expanded to the query-head count instead of H_kv=2" in results["shapes"].message
+    assert "(× 2)" in results["bytes"].message
+
+
+def test_short_window_names_the_window_rule(mistral):
+    with planted("short_window"):
+        growth = probe_and_check(mistral)["growth"]
+    assert "stores 2 positions" in growth.message and "window-1) for window 4" in growth.message
+
+
+def test_generate_check_catches_a_fault_in_float32(llama):
+    with planted("zero_column"):
+        generate = probe_and_check(llama)["generate"]
+    assert not generate.passed
+    assert "greedy tokens part at generated token 1" in generate.message
