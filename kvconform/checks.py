@@ -12,7 +12,7 @@ from kvconform.probe import ProbeRecord, StepRecord
 from kvconform.results import CheckResult
 
 BYTES_PER_VALUE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
-CHECKS = ("parity", "growth", "shapes", "bytes", "generate")
+CHECKS = ("parity", "growth", "shapes", "bytes", "generate", "ragged", "prefix_reuse")
 
 
 def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
@@ -205,10 +205,30 @@ def generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
     return CheckResult("generate", False, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" > parity limit {limit:.3g}", details)
 
 
+def path_parity(record: ProbeRecord, name: str, tolerance: Tolerance) -> CheckResult:
+    """An extra cache path (ragged batch, prefix reuse) within the parity limit at every step."""
+    path = record.paths.get(name)
+    if path is None:
+        return CheckResult(name, True, "not run", "", f"{name} is not enabled for this cell")
+    limit = tolerance.limit(path.logit_scale)
+    worst = path.step_max_abs_delta[path.worst_step]
+    details = {"step_max_abs_delta": path.step_max_abs_delta, "tolerance": limit, "logit_scale": path.logit_scale}
+    over = [k for k, d in enumerate(path.step_max_abs_delta) if d > limit]
+    if not over:
+        return CheckResult(name, True, f"{worst:.2e}", f"{limit:.2e}", f"{path.description}: max |Δlogit| {worst:.2e} ≤ {limit:.2e}", details)
+    message = (
+        f"{path.description}: cached logits leave the uncached reference from decode step {over[0]} "
+        f"(worst |Δ| {worst:.3g} at step {path.worst_step}, batch row {path.worst_row}) > limit {limit:.3g}; "
+        "per-step max |Δ|: " + ", ".join(f"{d:.2e}" for d in path.step_max_abs_delta)
+    )
+    return CheckResult(name, False, f"{worst:.2e}", f"{limit:.2e}", message, details)
+
+
 def run_all(record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> dict[str, CheckResult]:
     """Every check on one record, keyed by check name."""
     results = (
         parity(record, tolerance), growth(record, geometry), shapes(record, geometry, explanation),
         cache_bytes(record, geometry), generate(record, tolerance),
+        *(path_parity(record, name, tolerance) for name in record.paths),
     )
     return {result.name: result for result in results}

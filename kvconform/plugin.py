@@ -20,7 +20,8 @@ from kvconform.results import SCHEMA_VERSION
 RESULT_KEY = "kvconform_result"
 TIMING_KEY = "kvconform_cell"
 STATE = pytest.StashKey["KvconformState"]()
-DEVICE_PROBES = {"cuda": "cuda", "mps": "mps"}
+#: Checks that run only on cells whose settings enable them (the setting has the check's name).
+OPTIONAL_CHECKS = ("ragged", "prefix_reuse")
 
 
 class KvconformState:
@@ -118,6 +119,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "cell" not in metafunc.fixturenames:
         return
     cells = metafunc.config.stash[STATE].cells
+    mark = metafunc.definition.get_closest_marker("kvconform_check")
+    if mark is not None and mark.args[0] in OPTIONAL_CHECKS:
+        cells = [cell for cell in cells if getattr(cell.spec.settings, mark.args[0])]
     metafunc.parametrize("cell", cells, ids=[cell.id for cell in cells])
 
 

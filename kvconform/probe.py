@@ -8,15 +8,16 @@ logits at position P-1+k the reference for step k). Tensors never leave this mod
 from __future__ import annotations
 
 import copy
-import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from kvconform.cache_io import cache_keyword, cache_layers, make_prompt, new_cache, returned_cache, seq_length
 from kvconform.kv_compare import Divergence, locate_divergence
 from kvconform.matrix import Tolerance
+from kvconform.variants import PathRecord, run_prefix_reuse, run_ragged
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,10 @@ class ProbePlan:
     cache: str = "dynamic"
     device: str = "cpu"
     generate: bool = True
+    #: Also decode a left-padded ragged batch against each row's own unpadded reference.
+    ragged: bool = False
+    #: Also continue a copied prefilled prefix cache and compare with the reference.
+    prefix_reuse: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
 
@@ -87,68 +92,12 @@ class ProbeRecord:
     """Whether the K/V localization pass ran (``divergence`` is then its finding, or ``None``: K/V agree)."""
     divergence: Divergence | None
     generate: GenerateRecord | None
+    paths: dict[str, PathRecord] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
     def max_abs_delta(self) -> float:
         return max(step.max_abs_delta for step in self.steps)
-
-
-def cache_keyword(model: torch.nn.Module) -> str:
-    """The forward keyword the installed transformers expects for the cache (``cache`` in 5.24+)."""
-    params = inspect.signature(model.forward).parameters
-    if "cache" in params:
-        return "cache"
-    if "past_key_values" in params:
-        return "past_key_values"
-    raise TypeError(f"{type(model).__name__}.forward takes neither 'cache' nor 'past_key_values'")
-
-
-def returned_cache(output: Any) -> Any:
-    """The cache object a forward returned, under either name."""
-    cache = getattr(output, "cache", None)
-    return cache if cache is not None else getattr(output, "past_key_values", None)
-
-
-def make_prompt(plan: ProbePlan, vocab_size: int, device: torch.device) -> torch.Tensor:
-    """Seeded random prompts, a different one per batch row."""
-    generator = torch.Generator().manual_seed(plan.seed)
-    high = max(4, min(vocab_size, 32000))
-    ids = torch.randint(3, high, (plan.batch_size, plan.prompt_length), generator=generator)
-    return ids.to(device)
-
-
-def new_cache(model: torch.nn.Module, kind: str, max_len: int) -> Any:
-    """A fresh cache of ``kind``; ``None`` lets the model build its own default (dynamic) cache."""
-    if kind == "dynamic":
-        return None
-    if kind == "static":
-        from transformers import StaticCache
-
-        return StaticCache(config=model.config, max_cache_len=max_len)
-    raise ValueError(f"unknown cache kind {kind!r}")
-
-
-def cache_layers(cache: Any) -> list[Any]:
-    """The per-layer objects of a transformers ``Cache``; legacy tuples are wrapped."""
-    layers = getattr(cache, "layers", None)
-    if layers is not None:
-        return list(layers)
-    if isinstance(cache, (tuple, list)):
-        return [_LegacyLayer(*entry[:2]) for entry in cache]
-    raise TypeError(f"unsupported cache object {type(cache).__name__}")
-
-
-@dataclass
-class _LegacyLayer:
-    keys: torch.Tensor
-    values: torch.Tensor
-
-
-def seq_length(cache: Any) -> int:
-    if hasattr(cache, "get_seq_length"):
-        return int(cache.get_seq_length())
-    return int(cache[0][0].shape[-2])
 
 
 def snapshot_layers(cache: Any) -> list[LayerState]:
@@ -209,7 +158,7 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
     total = plan.prompt_length + plan.decode_steps
     timings: dict[str, float] = {}
 
-    prompt = make_prompt(plan, model.config.get_text_config(decoder=True).vocab_size, device)
+    prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
     start = time.perf_counter()
     cache = new_cache(model, plan.cache, total)
     output = model(input_ids=prompt, use_cache=True, **({keyword: cache} if cache is not None else {}))
@@ -258,6 +207,16 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
         divergence = _locate(model, keyword, plan, cache, full)
         timings["locate_s"] = time.perf_counter() - start
 
+    paths = {}
+    if plan.prefix_reuse:
+        start = time.perf_counter()
+        paths["prefix_reuse"] = run_prefix_reuse(model, plan, keyword, reference, full)
+        timings["prefix_reuse_s"] = time.perf_counter() - start
+    if plan.ragged:
+        start = time.perf_counter()
+        paths["ragged"] = run_ragged(model, plan, keyword)
+        timings["ragged_s"] = time.perf_counter() - start
+
     generate = None
     if plan.generate:
         start = time.perf_counter()
@@ -275,6 +234,7 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
         nonfinite=_describe_nonfinite(cached_logits, reference_steps),
         divergence=divergence,
         generate=generate,
+        paths=paths,
         timings=timings,
     )
 

@@ -62,6 +62,7 @@ class CellRunner:
         plan = ProbePlan(
             batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
             seed=settings.seed, cache=cell.cache, device=cell.device, generate=settings.generate,
+            ragged=settings.ragged, prefix_reuse=settings.prefix_reuse,
             locate_tolerance=cell.tolerance,
         )
         try:

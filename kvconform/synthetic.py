@@ -16,8 +16,12 @@ from typing import Any
 
 import torch
 import yaml
+from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_CAUSAL_LM_MAPPING,
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+)
 
 VOCAB_SIZE = 256
 MIN_LAYERS = 2
@@ -37,7 +41,9 @@ SIZES: dict[str, int | float] = {
         4,
     ),
     **dict.fromkeys(
-        ("head_dim", "attention_head_size", "d_head", "dim_head", "swa_head_dim", "index_head_dim"), 16
+        ("head_dim", "attention_head_size", "d_head", "dim_head", "swa_head_dim",
+         "index_head_dim"),
+        16,
     ),
     "rotary_dim": 8,
     **dict.fromkeys(
@@ -75,7 +81,7 @@ SIZES: dict[str, int | float] = {
     "num_expert_group": 2,
     # Multi-head latent attention and sparse (indexed) attention over 4 selected tokens.
     "q_lora_rank": 32,
-    "kv_lora_rank": 16,
+    "kv_lora_rank": 24,
     "qk_nope_head_dim": 16,
     "qk_rope_head_dim": 16,
     "qk_head_dim": 32,
@@ -130,6 +136,7 @@ def causal_lm_model_types() -> list[str]:
 
 @lru_cache(maxsize=1)
 def _table() -> dict[str, Any]:
+    """The parsed architectures.yaml (read once)."""
     text = resources.files("kvconform").joinpath("architectures.yaml").read_text()
     return yaml.safe_load(text) or {}
 
@@ -141,12 +148,12 @@ def load_architecture_table() -> tuple[dict[str, dict], dict[str, str]]:
 
 
 def _check_model_type(model_type: str) -> None:
+    """Raise a ValueError naming close matches if ``model_type`` is not a causal-LM type."""
     known = causal_lm_model_types()
     if model_type not in known:
         close = difflib.get_close_matches(model_type, known, n=5)
-        raise ValueError(
-            f"unknown causal-LM model_type {model_type!r}; close matches: {', '.join(close) or 'none'}"
-        )
+        matches = ", ".join(close) or "none"
+        raise ValueError(f"unknown causal-LM model_type {model_type!r}; close matches: {matches}")
 
 
 def _is_size(value: Any) -> bool:
@@ -155,6 +162,7 @@ def _is_size(value: Any) -> bool:
 
 
 def _shrunk_size(key: str, value: Any, values: Mapping[str, Any]) -> Any:
+    """The generic size for ``key``; key/value heads keep MQA and follow latent attention."""
     if key not in KV_HEAD_FIELDS:
         return SIZES[key]
     if _is_size(values.get("kv_lora_rank")):  # latent attention expands K/V to every query head
@@ -188,7 +196,9 @@ def _shrink_token_ids(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _scale_layer_entry(entry: Mapping[str, Any], values: Mapping[str, Any], shrunk: Mapping[str, Any]) -> dict:
+def _scale_layer_entry(
+    entry: Mapping[str, Any], values: Mapping[str, Any], shrunk: Mapping[str, Any]
+) -> dict[str, Any]:
     """A ``per_layer_config`` entry with sizes scaled like their global counterparts."""
     out = dict(entry)
     for key, value in entry.items():
@@ -198,7 +208,7 @@ def _scale_layer_entry(entry: Mapping[str, Any], values: Mapping[str, Any], shru
 
 
 def _is_index_list(key: str, value: Any, n_layers: int) -> bool:
-    """Layer indices such as ``moe_layers`` or ``full_attn_idxs`` (increasing, below ``n_layers``)."""
+    """Layer indices such as ``moe_layers`` or ``full_attn_idxs`` (increasing, < ``n_layers``)."""
     return (
         ("layer" in key or "idx" in key) and isinstance(value, list)
         and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
@@ -273,12 +283,12 @@ def _default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConf
     """The default config, or with the table's fixes where the bare default fails validation."""
     try:
         return AutoConfig.for_model(model_type)
-    except ValueError:
+    except (ValueError, StrictDataclassError):
         return AutoConfig.for_model(model_type, **copy.deepcopy(dict(fixes)))
 
 
 def shrink_config(model_type: str, overrides: Mapping[str, Any] | None = None) -> PreTrainedConfig:
-    """The default config of ``model_type`` shrunk to a tiny model, then table and caller overrides."""
+    """The default config of ``model_type`` shrunk, then the table's and the caller's overrides."""
     _check_model_type(model_type)
     fixes = load_architecture_table()[0].get(model_type, {})
     values = _shrink_values(_default_config(model_type, fixes).to_dict())
@@ -294,6 +304,6 @@ def build_synthetic(config: PreTrainedConfig, seed: int) -> PreTrainedModel:
     if sub_config is None:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     else:
-        model_class = AutoModelForCausalLM._model_mapping[type(config)]
+        model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
         model = model_class._from_config(getattr(config, sub_config), dtype=torch.float32)
     return model.float().eval()

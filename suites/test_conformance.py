@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kvconform import checks
 
 
@@ -28,3 +30,15 @@ def test_bytes(cell, outcome, verdict):
 def test_generate(cell, outcome, verdict):
     """generate() with and without the cache picks the same greedy tokens."""
     verdict(checks.generate(outcome.record, cell.tolerance))
+
+
+@pytest.mark.kvconform_check("ragged")
+def test_ragged(cell, outcome, verdict):
+    """A left-padded ragged batch: every row matches its own unpadded uncached pass."""
+    verdict(checks.path_parity(outcome.record, "ragged", cell.tolerance))
+
+
+@pytest.mark.kvconform_check("prefix_reuse")
+def test_prefix_reuse(cell, outcome, verdict):
+    """Continuing a copied prefilled prefix cache equals a fresh run."""
+    verdict(checks.path_parity(outcome.record, "prefix_reuse", cell.tolerance))

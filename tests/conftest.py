@@ -29,12 +29,12 @@ def tiny(model_type: str, **overrides: Any) -> torch.nn.Module:
 
 def probe_and_check(
     model: torch.nn.Module, *, dtype: str = "float32", cache: str = "dynamic", prompt_length: int = 6,
-    decode_steps: int = 8, batch_size: int = 2,
+    decode_steps: int = 8, batch_size: int = 2, paths: bool = False,
 ) -> dict[str, CheckResult]:
     """Probe ``model`` in ``dtype`` and run every check, as the suite does for one cell."""
     plan = ProbePlan(
         batch_size=batch_size, prompt_length=prompt_length, decode_steps=decode_steps, seed=0, cache=cache,
-        locate_tolerance=TOLERANCES[dtype],
+        locate_tolerance=TOLERANCES[dtype], ragged=paths, prefix_reuse=paths,
     )
     record = run_probe(cast_model(model, dtype, "cpu"), plan)
     return checks.run_all(record, cache_geometry(model.config), explain(model.config), TOLERANCES[dtype])

@@ -73,3 +73,19 @@ def test_generate_check_catches_a_fault_in_float32(llama):
         generate = probe_and_check(llama)["generate"]
     assert not generate.passed
     assert "greedy tokens part at generated token 1" in generate.message
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+@pytest.mark.parametrize("model_name", ["llama", "mistral"])
+def test_ragged_and_prefix_paths_pass_on_healthy_models(request, model_name, cache):
+    healthy = probe_and_check(request.getfixturevalue(model_name), cache=cache, paths=True)
+    assert healthy["ragged"].passed, healthy["ragged"].message
+    assert healthy["prefix_reuse"].passed, healthy["prefix_reuse"].message
+
+
+@pytest.mark.parametrize(("fault", "cache"), [("stale_column", "dynamic"), ("static_wrong_slot", "static")])
+def test_ragged_and_prefix_paths_fail_under_a_cache_fault(llama, fault, cache):
+    with planted(fault):
+        faulty = probe_and_check(llama, cache=cache, paths=True)
+    assert not faulty["ragged"].passed and "left-padded rows" in faulty["ragged"].message
+    assert not faulty["prefix_reuse"].passed and "prefix cache extended" in faulty["prefix_reuse"].message

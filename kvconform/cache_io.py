@@ -1,0 +1,66 @@
+"""How to call a transformers model with a cache: keyword, fresh caches, prompts, layer access."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward keyword the installed transformers expects for the cache (``cache`` in 5.24+)."""
+    params = inspect.signature(model.forward).parameters
+    if "cache" in params:
+        return "cache"
+    if "past_key_values" in params:
+        return "past_key_values"
+    raise TypeError(f"{type(model).__name__}.forward takes neither 'cache' nor 'past_key_values'")
+
+
+def returned_cache(output: Any) -> Any:
+    """The cache object a forward returned, under either name."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else getattr(output, "past_key_values", None)
+
+
+def make_prompt(batch_size: int, prompt_length: int, seed: int, vocab_size: int, device: torch.device) -> torch.Tensor:
+    """Seeded random prompts, a different one per batch row."""
+    generator = torch.Generator().manual_seed(seed)
+    high = max(4, min(vocab_size, 32000))
+    ids = torch.randint(3, high, (batch_size, prompt_length), generator=generator)
+    return ids.to(device)
+
+
+def new_cache(model: torch.nn.Module, kind: str, max_len: int) -> Any:
+    """A fresh cache of ``kind``; ``None`` lets the model build its own default (dynamic) cache."""
+    if kind == "dynamic":
+        return None
+    if kind == "static":
+        from transformers import StaticCache
+
+        return StaticCache(config=model.config, max_cache_len=max_len)
+    raise ValueError(f"unknown cache kind {kind!r}")
+
+
+def cache_layers(cache: Any) -> list[Any]:
+    """The per-layer objects of a transformers ``Cache``; legacy tuples are wrapped."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return list(layers)
+    if isinstance(cache, (tuple, list)):
+        return [_LegacyLayer(*entry[:2]) for entry in cache]
+    raise TypeError(f"unsupported cache object {type(cache).__name__}")
+
+
+@dataclass
+class _LegacyLayer:
+    keys: torch.Tensor
+    values: torch.Tensor
+
+
+def seq_length(cache: Any) -> int:
+    if hasattr(cache, "get_seq_length"):
+        return int(cache.get_seq_length())
+    return int(cache[0][0].shape[-2])

@@ -1,0 +1,118 @@
+"""Extra cache paths, each compared with an uncached reference: ragged batches and prefix reuse.
+
+- ragged: rows of different lengths, left-padded with an attention mask; every row's cached logits
+  must match that row's own unpadded uncached pass.
+- prefix reuse: a prefilled prefix cache is copied and continued (a multi-token extend, then decode);
+  the result must match the uncached reference exactly as a fresh run does.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kvconform.cache_io import make_prompt, new_cache, returned_cache
+
+
+@dataclass
+class PathRecord:
+    """Per decode step max |Δlogit| of one extra cache path against its uncached reference."""
+
+    name: str
+    step_max_abs_delta: list[float]
+    worst_step: int
+    worst_row: int
+    logit_scale: float
+    description: str
+
+
+def _accepts(model: torch.nn.Module, name: str) -> bool:
+    return name in inspect.signature(model.forward).parameters
+
+
+def _summarize(name: str, deltas: list[torch.Tensor], scale: float, description: str) -> PathRecord:
+    """``deltas[k]`` is a [B] tensor of per-row max |Δ| at step k."""
+    per_step = [float(d.max()) for d in deltas]
+    worst_step = max(range(len(per_step)), key=per_step.__getitem__)
+    return PathRecord(name, per_step, worst_step, int(deltas[worst_step].argmax()), scale, description)
+
+
+def _row_delta(cached: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    return torch.nan_to_num((cached.float() - reference.float()).abs(), nan=float("inf")).amax(dim=-1)
+
+
+@torch.inference_mode()
+def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
+    """Left-padded prompts of lengths P, P-1, … (at least 2) decoded together with a mask."""
+    device = next(model.parameters()).device
+    prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
+    batch, width = prompt.shape
+    lengths = [max(2, width - row) for row in range(batch)]
+    mask = torch.zeros_like(prompt)
+    for row, length in enumerate(lengths):
+        mask[row, width - length :] = 1
+    padded = torch.where(mask.bool(), prompt, torch.zeros_like(prompt))
+    use_positions = _accepts(model, "position_ids")
+
+    def forward(ids: torch.Tensor, attention: torch.Tensor, cache: Any) -> Any:
+        extra: dict[str, Any] = {}
+        if use_positions:
+            positions = (attention.cumsum(-1) - 1).clamp(min=0)
+            extra["position_ids"] = positions[:, -ids.shape[1] :]
+        if cache is not None:
+            extra[keyword] = cache
+        return model(input_ids=ids, attention_mask=attention, use_cache=True, **extra)
+
+    cache = new_cache(model, plan.cache, width + plan.decode_steps)
+    output = forward(padded, mask, cache)
+    cache, logits, tokens = returned_cache(output), [output.logits[:, -1, :]], []
+    for _ in range(plan.decode_steps):
+        token = logits[-1].argmax(-1, keepdim=True)
+        tokens.append(token)
+        mask = torch.cat([mask, torch.ones_like(token)], dim=1)
+        output = forward(token, mask, cache)
+        cache = returned_cache(output)
+        logits.append(output.logits[:, -1, :])
+
+    generated = torch.cat(tokens, dim=1) if tokens else prompt[:, :0]
+    deltas = [torch.zeros(batch, device=device) for _ in logits]
+    scale = 0.0
+    for row, length in enumerate(lengths):
+        own = torch.cat([prompt[row : row + 1, width - length :], generated[row : row + 1]], dim=1)
+        reference = model(input_ids=own, use_cache=False).logits[0, length - 1 :, :]
+        scale = max(scale, float(torch.nan_to_num(reference.float()).abs().max()))
+        for step, cached in enumerate(logits):
+            deltas[step][row] = _row_delta(cached[row : row + 1], reference[step : step + 1])[0]
+    return _summarize("ragged", deltas, scale, f"left-padded rows of lengths {lengths} with an attention mask")
+
+
+@torch.inference_mode()
+def run_prefix_reuse(model: torch.nn.Module, plan: Any, keyword: str, reference: torch.Tensor,
+                     sequence: torch.Tensor) -> PathRecord:
+    """Prefill P-2 tokens, copy that cache, extend the copy by 2 tokens at once, then decode the same tokens.
+
+    ``sequence`` is the main probe's fed tokens (P + N) and ``reference`` its uncached logits [B, P+N, V].
+    """
+    prompt_length = plan.prompt_length
+    prefix = max(1, prompt_length - 2)
+    cache = new_cache(model, plan.cache, sequence.shape[1])
+    stored = returned_cache(model(input_ids=sequence[:, :prefix], use_cache=True, **({keyword: cache} if cache is not None else {})))
+    reused = copy.deepcopy(stored)
+    output = model(input_ids=sequence[:, prefix:prompt_length], use_cache=True, **{keyword: reused})
+    logits = [output.logits[:, -1, :]]
+    reused = returned_cache(output)
+    for position in range(prompt_length, sequence.shape[1]):
+        output = model(input_ids=sequence[:, position : position + 1], use_cache=True, **{keyword: reused})
+        reused = returned_cache(output)
+        logits.append(output.logits[:, -1, :])
+    expected = reference[:, prompt_length - 1 :, :]
+    deltas = [_row_delta(cached, expected[:, step, :]) for step, cached in enumerate(logits)]
+    scale = float(torch.nan_to_num(expected.float()).abs().max())
+    return _summarize(
+        "prefix_reuse", deltas, scale,
+        f"a copied {prefix}-token prefix cache extended by {prompt_length - prefix} tokens at once, then decoded",
+    )

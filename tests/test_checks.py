@@ -1,0 +1,108 @@
+"""Checks on hand-made probe records (plain data, no model): each can pass and each can fail."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from kvconform import checks
+from kvconform.geometry import FULL, NO_KV, CacheGeometry, LayerGeometry
+from kvconform.matrix import Tolerance
+from kvconform.probe import GenerateRecord, LayerState, ProbePlan, ProbeRecord, StepRecord
+
+PLAN = ProbePlan(batch_size=2, prompt_length=4, decode_steps=2, seed=0)
+TOL = Tolerance(atol=1e-5, rtol=1e-4)
+GEOMETRY = CacheGeometry(
+    layers=(LayerGeometry(0, FULL, "full", 2, 8, 8), LayerGeometry(1, NO_KV, "layer_types[1]='linear_attention'")),
+    query_heads=4,
+)
+
+
+def _layers(length: int, heads: int = 2, dtype: str = "float32") -> list[LayerState]:
+    shape = (2, heads, length, 8)
+    return [
+        LayerState(0, "DynamicLayer", shape, shape, dtype, 2 * 2 * heads * length * 8 * 4),
+        LayerState(1, "LinearAttentionLayer", None, None, None, 0, ((2, 8),)),
+    ]
+
+
+def _record(deltas=(1e-6, 2e-6, 3e-6), lengths=(4, 5, 6), scale=10.0, generate=None, dtype="float32") -> ProbeRecord:
+    steps = [
+        StepRecord(step=k, seq_length=n, layers=_layers(n), max_abs_delta=d, worst_row=1, worst_vocab_id=7,
+                   cached_argmax=[1, 2], reference_argmax=[1, 2], reference_top2_margin=[0.5, 0.5])
+        for k, (d, n) in enumerate(zip(deltas, lengths))
+    ]
+    return ProbeRecord(plan=PLAN, dtype=dtype, cache_class="DynamicCache", max_cache_len=None, steps=steps,
+                       logit_scale=scale, nonfinite=None, located=False, divergence=None, generate=generate)
+
+
+def test_parity_limit_scales_with_the_logits():
+    limit = TOL.limit(10.0)
+    assert checks.parity(_record(deltas=(0, 0, limit * 0.99)), TOL).passed
+    failed = checks.parity(_record(deltas=(0, 0, limit * 1.01)), TOL)
+    assert not failed.passed
+    assert "decode step 2 (cache length 6, token position 5)" in failed.message
+    assert "batch row 1, vocab id 7" in failed.message
+    assert failed.details["step_max_abs_delta"][2] > failed.details["tolerance"]
+
+
+def test_parity_fails_on_non_finite_logits():
+    record = replace(_record(), nonfinite="cached logits at step 1 are not finite")
+    result = checks.parity(record, TOL)
+    assert not result.passed and "not finite" in result.message
+
+
+def test_growth_passes_and_fails_with_the_step():
+    assert checks.growth(_record(), GEOMETRY).passed
+    stuck = checks.growth(_record(lengths=(4, 5, 5)), GEOMETRY)
+    assert not stuck.passed
+    assert "after decode step 2, expected 6 (grew by 0 instead of 1)" in stuck.message
+
+
+def test_shapes_list_no_kv_layers_and_catch_head_expansion():
+    ok = checks.shapes(_record(), GEOMETRY, "H_kv=2")
+    assert ok.passed and "layers keeping no K/V: [1]" in ok.message
+    record = _record()
+    for step in record.steps:
+        step.layers = _layers(step.seq_length, heads=4)
+    bad = checks.shapes(record, GEOMETRY, "H_kv=2")
+    assert not bad.passed and "expanded to the query-head count" in bad.message
+
+
+def test_shapes_fail_when_a_no_kv_layer_stores_kv():
+    record = _record()
+    record.steps[0].layers[1] = LayerState(1, "DynamicLayer", (2, 2, 4, 8), (2, 2, 4, 8), "float32", 512)
+    result = checks.shapes(record, GEOMETRY, "")
+    assert not result.passed and "keeps no K/V" in result.message
+
+
+def test_shapes_fail_on_kv_stored_in_another_dtype():
+    record = _record()
+    record.steps[1].layers = _layers(5, dtype="float16")
+    result = checks.shapes(record, GEOMETRY, "")
+    assert not result.passed and "stored as float16" in result.message
+
+
+def test_bytes_exact_and_off_by_a_factor():
+    assert checks.cache_bytes(_record(), GEOMETRY).passed
+    record = _record()
+    record.steps[2].layers[0].kv_bytes *= 2
+    result = checks.cache_bytes(record, GEOMETRY)
+    assert not result.passed and "(× 2)" in result.message and "decode step 2" in result.message
+
+
+def _generate(first: int | None, margin: float | None) -> GenerateRecord:
+    cached = [[1, 2, 3], [4, 5, 6]]
+    uncached = [row[:] for row in cached]
+    if first is not None:
+        uncached[1][first] = 9
+    return GenerateRecord(cached, uncached, first, margin)
+
+
+def test_generate_is_strict_in_float32_and_forgives_near_ties_elsewhere():
+    assert checks.generate(_record(generate=_generate(None, None)), TOL).passed
+    assert not checks.generate(_record(generate=_generate(1, 1e-6)), TOL).passed
+    half = Tolerance(atol=1e-3, rtol=4e-2)
+    near_tie = checks.generate(_record(generate=_generate(1, 0.01), dtype="float16"), half)
+    assert near_tie.passed and "near-tie" in near_tie.message
+    clear = checks.generate(_record(generate=_generate(1, 5.0), dtype="float16"), half)
+    assert not clear.passed and "generated token 1 (rows [1])" in clear.message

@@ -1,0 +1,60 @@
+"""Expected cache geometry comes from config evidence: GQA, MQA, MLA, sliding, linear, shared layers."""
+
+from __future__ import annotations
+
+from transformers import AutoConfig
+
+from kvconform.geometry import FULL, NO_KV, SLIDING, cache_geometry, explain
+
+
+def test_gqa_uses_kv_heads_not_query_heads():
+    config = AutoConfig.for_model("llama", num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=16)
+    geometry = cache_geometry(config)
+    assert [l.kv_heads for l in geometry.layers] == [2, 2]
+    assert geometry.query_heads == 8
+    assert geometry.layers[0].expected_shapes(3, 10, None) == ((3, 2, 10, 16), (3, 2, 10, 16))
+
+
+def test_mha_without_kv_field_and_head_dim_from_hidden_size():
+    config = AutoConfig.for_model("gpt2", n_layer=2, n_head=4, n_embd=64)
+    layer = cache_geometry(config).layers[0]
+    assert (layer.kv_heads, layer.k_head_dim) == (4, 16)
+    assert "hidden_size / num_attention_heads" in explain(config)
+
+
+def test_mqa_flags_give_one_kv_head():
+    falcon = AutoConfig.for_model("falcon", num_hidden_layers=2, num_attention_heads=4, hidden_size=64, multi_query=True,
+                                  new_decoder_architecture=False)
+    assert cache_geometry(falcon).layers[0].kv_heads == 1
+    bigcode = AutoConfig.for_model("gpt_bigcode", n_layer=2, n_head=4, n_embd=64, multi_query=True)
+    assert cache_geometry(bigcode).layers[0].kv_heads == 1
+
+
+def test_mla_keys_and_values_differ_in_width():
+    config = AutoConfig.for_model("deepseek_v3", num_hidden_layers=2, kv_lora_rank=32, qk_rope_head_dim=8)
+    layer = cache_geometry(config).layers[0]
+    assert layer.k_head_dim != layer.v_head_dim
+
+
+def test_sliding_layers_keep_window_minus_one_and_static_keeps_window():
+    config = AutoConfig.for_model("gemma2", num_hidden_layers=2, sliding_window=4, head_dim=16,
+                                  num_attention_heads=4, num_key_value_heads=2)
+    sliding, full = cache_geometry(config).layers
+    assert (sliding.kind, full.kind) == (SLIDING, FULL)
+    assert [sliding.stored_length(n, None) for n in (2, 3, 4, 9)] == [2, 3, 3, 3]
+    assert full.stored_length(9, None) == 9
+    assert (sliding.stored_length(9, 14), full.stored_length(9, 14)) == (4, 14)
+
+
+def test_linear_attention_layers_keep_no_kv_and_count_zero_bytes():
+    config = AutoConfig.for_model("qwen3_next", num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    geometry = cache_geometry(config)
+    assert [l.kind for l in geometry.layers] == [NO_KV, FULL]
+    assert "linear_attention" in geometry.layers[0].reason
+    assert geometry.expected_bytes(batch=1, seen=5, max_cache_len=None, bytes_per_value=2) == 2 * 2 * 16 * 5 * 2
+
+
+def test_bytes_formula_matches_the_seeds_worked_example():
+    config = AutoConfig.for_model("llama", num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128)
+    assert cache_geometry(config).expected_bytes(batch=1, seen=1024, max_cache_len=None, bytes_per_value=2) == 134_217_728

@@ -1,0 +1,93 @@
+"""Self-tests of the synthetic model builder and its architecture table."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvconform.synthetic import (
+    build_synthetic,
+    causal_lm_model_types,
+    load_architecture_table,
+    shrink_config,
+)
+
+
+def test_model_types_are_sorted_and_cover_common_architectures() -> None:
+    types = causal_lm_model_types()
+    assert types == sorted(types)
+    assert {"llama", "gpt2", "gemma2", "mamba"} <= set(types)
+
+
+def test_shrink_keeps_gqa() -> None:
+    config = shrink_config("llama")
+    assert (config.hidden_size, config.num_hidden_layers) == (64, 2)
+    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (4, 2, 16)
+    assert config.vocab_size == 256
+
+
+def test_shrink_keeps_mqa() -> None:
+    assert shrink_config("gpt_bigcode").multi_query is True
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "gemma3_text", "cohere2"])
+def test_shrink_keeps_both_kinds_of_a_sliding_hybrid(model_type: str) -> None:
+    config = shrink_config(model_type)
+    assert set(config.layer_types) == {"sliding_attention", "full_attention"}
+    assert config.num_hidden_layers == len(config.layer_types)
+    assert config.sliding_window == 4
+
+
+def test_shrink_remaps_layer_index_lists() -> None:
+    config = shrink_config("llama4_text")
+    assert config.num_hidden_layers == len(config.layer_types) == 2
+    assert all(0 <= index < 2 for index in config.moe_layers)
+
+
+def test_shrink_applies_table_overrides() -> None:
+    overrides, _ = load_architecture_table()
+    assert overrides["nemotron"] == {"num_key_value_heads": 2}
+    assert shrink_config("nemotron").num_key_value_heads == 2
+    assert shrink_config("bert").is_decoder is True
+
+
+def test_shrink_applies_caller_overrides_last() -> None:
+    config = shrink_config("llama", {"num_hidden_layers": 3, "rms_norm_eps": 1e-5})
+    assert (config.num_hidden_layers, config.rms_norm_eps) == (3, 1e-5)
+
+
+def test_shrink_accepts_dotted_sub_config_keys() -> None:
+    config = shrink_config("gemma3", {"text_config.hidden_size": 128})
+    assert config.text_config.hidden_size == 128
+
+
+def test_excluded_entries_name_real_types_with_reasons() -> None:
+    overrides, excluded = load_architecture_table()
+    known = set(causal_lm_model_types())
+    assert excluded
+    for model_type, reason in excluded.items():
+        assert model_type in known
+        assert isinstance(reason, str) and reason.strip()
+    assert set(overrides) <= known
+
+
+def test_unknown_model_type_lists_close_matches() -> None:
+    with pytest.raises(ValueError, match="llama") as info:
+        shrink_config("lama")
+    assert "close matches" in str(info.value)
+
+
+def test_build_is_deterministic_for_a_seed() -> None:
+    config = shrink_config("llama")
+    first, second = build_synthetic(config, seed=3), build_synthetic(config, seed=3)
+    other = build_synthetic(config, seed=4)
+    assert not first.training and first.dtype == torch.float32
+    first_state, second_state = first.state_dict(), second.state_dict()
+    assert first_state.keys() == second_state.keys()
+    assert all(torch.equal(first_state[k], second_state[k]) for k in first_state)
+    assert not torch.equal(first_state["lm_head.weight"], other.state_dict()["lm_head.weight"])
+
+
+def test_build_from_sub_config() -> None:
+    model = build_synthetic(shrink_config("musicgen"), seed=0)
+    assert type(model).__name__ == "MusicgenForCausalLM"
