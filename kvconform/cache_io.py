@@ -19,10 +19,11 @@ def cache_keyword(model: torch.nn.Module) -> str:
     raise TypeError(f"{type(model).__name__}.forward takes neither 'cache' nor 'past_key_values'")
 
 
-def returned_cache(output: Any) -> Any:
-    """The cache object a forward returned, under either name."""
+def returned_cache(output: Any, passed: Any = None) -> Any:
+    """The cache object a forward returned, under either name; models that update in place return none."""
     cache = getattr(output, "cache", None)
-    return cache if cache is not None else getattr(output, "past_key_values", None)
+    cache = cache if cache is not None else getattr(output, "past_key_values", None)
+    return cache if cache is not None else passed
 
 
 def make_prompt(batch_size: int, prompt_length: int, seed: int, vocab_size: int, device: torch.device) -> torch.Tensor:
@@ -45,13 +46,15 @@ def new_cache(model: torch.nn.Module, kind: str, max_len: int) -> Any:
 
 
 def cache_layers(cache: Any) -> list[Any]:
-    """The per-layer objects of a transformers ``Cache``; legacy tuples are wrapped."""
+    """The per-layer objects of a transformers ``Cache`` (the self-attention half of an encoder-decoder
+    cache); legacy tuples are wrapped; a custom cache without layers (e.g. xLSTM state) has none."""
+    cache = getattr(cache, "self_attention_cache", cache)
     layers = getattr(cache, "layers", None)
     if layers is not None:
         return list(layers)
-    if isinstance(cache, (tuple, list)):
+    if isinstance(cache, (tuple, list)) and all(isinstance(entry, (tuple, list)) for entry in cache):
         return [_LegacyLayer(*entry[:2]) for entry in cache]
-    raise TypeError(f"unsupported cache object {type(cache).__name__}")
+    return []
 
 
 @dataclass
@@ -60,7 +63,9 @@ class _LegacyLayer:
     values: torch.Tensor
 
 
-def seq_length(cache: Any) -> int:
-    if hasattr(cache, "get_seq_length"):
+def seq_length(cache: Any) -> int | None:
+    """Tokens the cache says it has seen; ``None`` for caches that keep only a recurrent state."""
+    try:
         return int(cache.get_seq_length())
-    return int(cache[0][0].shape[-2])
+    except (AttributeError, ValueError, TypeError, NotImplementedError):
+        return None

@@ -25,6 +25,17 @@ class Cell:
         return self.spec.settings.tolerances[self.dtype]
 
 
+#: Checks that run only on some cells: the cell's setting of that name enables them; generate runs in float32.
+OPTIONAL_CHECKS = ("ragged", "prefix_reuse", "generate")
+
+
+def check_applies(check: str, cell: Cell) -> bool:
+    """Whether ``check`` runs on ``cell`` (optional checks are enabled per model)."""
+    if check not in OPTIONAL_CHECKS:
+        return True
+    return bool(getattr(cell.spec.settings, check)) and (check != "generate" or cell.dtype == "float32")
+
+
 def expand_cells(matrix: Matrix) -> list[Cell]:
     """Every cell of the matrix, grouped by model (a model's cells stay together)."""
     return [

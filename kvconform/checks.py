@@ -69,6 +69,8 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     measured = "→".join(map(str, trace))
     limit = "→".join(map(str, expected))
     details = {"seq_length_trace": trace, "expected_trace": expected}
+    if all(length is None for length in trace) and not geometry.kv_layers:
+        return _recurrent_growth(record, limit, details)
     if trace != expected:
         k = next(i for i, (a, b) in enumerate(zip(trace, expected)) if a != b)
         previous = trace[k - 1] if k else 0
@@ -81,6 +83,17 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     if problem:
         return CheckResult("growth", False, measured, limit, problem, details)
     return CheckResult("growth", True, measured, limit, f"cache length {measured}; every layer stores what its type keeps", details)
+
+
+def _recurrent_growth(record: ProbeRecord, limit: str, details: dict) -> CheckResult:
+    """Caches with only recurrent state: no token count, and the state must not grow with the sequence."""
+    states = [[layer.state_shapes for layer in step.layers] for step in record.steps]
+    if any(shapes != states[0] for shapes in states):
+        changed = next(k for k, shapes in enumerate(states) if shapes != states[0])
+        message = f"recurrent state changes shape at decode step {changed}: {states[0]} -> {states[changed]}"
+        return CheckResult("growth", False, "state grows", "constant state", message, details)
+    message = "recurrent state only (no get_seq_length): state shapes constant over every step"
+    return CheckResult("growth", True, "constant state", "constant state", message, details)
 
 
 def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> str | None:
@@ -108,7 +121,8 @@ def shapes(record: ProbeRecord, geometry: CacheGeometry, explanation: str) -> Ch
     no_kv = [l.index for l in geometry.layers if not l.keeps_kv]
     details = {"no_kv_layers": no_kv, "kv_layers": len(geometry.kv_layers), "geometry": explanation}
     for step in record.steps:
-        if len(step.layers) != len(geometry.layers):
+        omitted = geometry.layers[len(step.layers):]
+        if len(step.layers) > len(geometry.layers) or any(layer.keeps_kv for layer in omitted):
             message = f"cache has {len(step.layers)} layers, the config has {len(geometry.layers)} decoder layers"
             return CheckResult("shapes", False, f"{len(step.layers)} layers", f"{len(geometry.layers)} layers", message, details)
         seen = record.plan.prompt_length + step.step
@@ -188,6 +202,8 @@ def generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
     gen = record.generate
     if gen is None:
         return CheckResult("generate", True, "not run", "", "generate parity disabled for this cell")
+    if gen.error is not None:
+        return CheckResult("generate", False, "error", "", f"generate() raised {gen.error}")
     steps = len(gen.cached_tokens[0]) if gen.cached_tokens else 0
     details = {"cached_tokens": gen.cached_tokens, "uncached_tokens": gen.uncached_tokens}
     if gen.first_divergence is None:

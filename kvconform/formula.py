@@ -90,9 +90,9 @@ class KvBytes:
         """Tokens ``layer`` keeps after ``tokens`` tokens (a sliding window keeps at most window - 1)."""
         return layer.stored_length(self.tokens, None)
 
-    def layer_bytes(self, layer: LayerGeometry) -> Fraction:
-        """Bytes ``layer`` holds for the whole batch."""
-        return self.layer_per_token(layer) * self.kept(layer) * self.batch
+    def layer_bytes(self, layer: LayerGeometry, kv_heads: int | None = None) -> Fraction:
+        """Bytes ``layer`` holds for the whole batch (optionally as if it had ``kv_heads`` KV heads)."""
+        return self.layer_per_token(layer, kv_heads) * self.kept(layer) * self.batch
 
     @property
     def per_token_layer(self) -> Fraction | None:
@@ -115,14 +115,14 @@ class KvBytes:
 
     @property
     def mha_bytes(self) -> Fraction | None:
-        """The batch's bytes with one KV head per query head (no GQA/MQA); None without a query-head count or for MLA."""
+        """The batch's bytes with one KV head per query head (no GQA/MQA).
+
+        None without a query-head count, and for MLA (see :func:`mla_summary`).
+        """
         if self.mla is not None or not self.geometry.query_heads:
             return None
         heads = self.geometry.query_heads
-        return sum(
-            (self.layer_per_token(layer, heads) * self.kept(layer) * self.batch for layer in self.geometry.kv_layers),
-            Fraction(0),
-        )
+        return sum((self.layer_bytes(layer, heads) for layer in self.geometry.kv_layers), Fraction(0))
 
     @property
     def full_length_bytes(self) -> Fraction:
@@ -156,17 +156,19 @@ def _factor(ratio: Fraction) -> str:
 
 
 def _ranges(indices: list[int]) -> str:
-    """``[0, 1, 2, 5]`` -> ``0-2,5``."""
+    """``[0, 1, 2, 5]`` -> ``0-2,5``; an evenly spaced ``[1, 3, 5, 7]`` -> ``1-7 step 2``."""
+    steps = {b - a for a, b in zip(indices, indices[1:])}
+    if len(indices) > 2 and len(steps) == 1 and steps != {1}:
+        return f"{indices[0]}-{indices[-1]} step {steps.pop()}"
     runs = [[i for _, i in run] for _, run in groupby(enumerate(indices), lambda pair: pair[1] - pair[0])]
     return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}" for run in runs)
 
 
 def layer_groups(kv: KvBytes) -> list[dict[str, Any]]:
     """Layers with the same cache layout, one row each (no-K/V layers as 0 bytes)."""
-    key = lambda l: (l.kind, l.kv_heads, l.k_head_dim, l.v_head_dim, l.window)  # noqa: E731
     groups: dict[tuple[Any, ...], list[LayerGeometry]] = {}
     for layer in kv.geometry.layers:
-        groups.setdefault(key(layer), []).append(layer)
+        groups.setdefault((layer.kind, layer.kv_heads, layer.k_head_dim, layer.v_head_dim, layer.window), []).append(layer)
     rows = []
     for (kind, heads, k_dim, v_dim, window), layers in groups.items():
         first = layers[0]
@@ -245,15 +247,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _shorten(text: str, width: int = 24) -> str:
+    """Cut a long layer list at a comma so the table stays narrow (the count column keeps the total)."""
+    return text if len(text) <= width else text[: text.rfind(",", 0, width)] + ",…"
+
+
 def _layer_table(kv: KvBytes) -> str:
-    rows = [
-        [g["layers"], g["kind"], g["kv_heads"], f"{g['k_head_dim']}/{g['v_head_dim']}", g["window"] or "-",
-         f"{g['tokens_kept']:,}", format_bytes(g["bytes_per_token_per_layer"]), format_bytes(g["bytes_per_batch"])]
-        for g in layer_groups(kv)
-    ]
-    headers = ["layers", "kind", "H_kv", "d_k/d_v", "window", "tokens kept", "per token per layer", "per batch"]
+    rows = []
+    for g in layer_groups(kv):
+        shape = [g["kv_heads"], f"{g['k_head_dim']}/{g['v_head_dim']}"] if g["kind"] != NO_KV else ["-", "-"]
+        window = "-" if g["window"] is None else f"{g['window']:,}"
+        rows.append([_shorten(g["layers"]), g["count"], g["kind"], *shape, window, f"{g['tokens_kept']:,}",
+                     format_bytes(g["bytes_per_token_per_layer"]), format_bytes(g["bytes_per_batch"])])
+    headers = ["layers", "count", "kind", "H_kv", "d_k/d_v", "window", "tokens kept", "per token per layer",
+               "per batch"]
     return tabulate(rows, headers, tablefmt="simple", disable_numparse=True,
-                    colalign=("left", "left", "right", "right", "right", "right", "right", "right"))
+                    colalign=("left", "right", "left", *["right"] * 6))
 
 
 def _summary_table(kv: KvBytes) -> str:

@@ -22,6 +22,9 @@ _LAYER_TYPE_KIND = {
     "chunked_attention": SLIDING,
     "local_attention": SLIDING,
     "hybrid_sliding": SLIDING,
+    # Compressed attention keeps its raw recent tokens in a sliding window; compressed entries live elsewhere.
+    "heavily_compressed_attention": SLIDING,
+    "compressed_sparse_attention": SLIDING,
 }
 #: Layer types that keep no per-token K/V (recurrent/conv state, or none at all).
 _NO_KV_TYPES = {"linear_attention", "conv", "mamba", "mamba2", "ssm", "recurrent", "moe", "mlp", "dummy", "rwkv"}
@@ -109,7 +112,7 @@ def head_dims(config: Any) -> tuple[int, int, str]:
     rank = getattr(config, "kv_lora_rank", None)
     if rank:
         rope = int(_get(config, "qk_rope_head_dim") or 0)
-        return int(rank) + rope, int(rank), "MLA: K = kv_lora_rank + qk_rope_head_dim, V = kv_lora_rank"
+        return int(rank), rope, "MLA latent: K slot = kv_lora_rank (compressed KV), V slot = qk_rope_head_dim (shared rotary key)"
     head_dim = _get(config, "head_dim")
     if head_dim:
         return int(head_dim), int(head_dim), "head_dim"
@@ -123,6 +126,10 @@ def _layer_kind(config: Any, layer_config: Any, index: int) -> tuple[str, str, i
     sharing = getattr(config, "kv_sharing_modes", None)
     if sharing is not None and sharing[index] == "reuse":
         return NO_KV, f"kv_sharing_modes[{index}]='reuse' (reads another layer's K/V)", None
+    if index in (getattr(config, "cross_attention_layers", None) or ()):
+        return NO_KV, f"cross_attention_layers lists {index} (attends to encoder states, keeps no token K/V)", None
+    if layer_types is None and _get(layer_config, "num_attention_heads") is None:
+        return NO_KV, "no num_attention_heads in the config: a recurrent/SSM state, no K/V", None
     window = _get(layer_config, "sliding_window", "attention_chunk_size")
     if layer_types is not None:
         name = layer_types[index]
@@ -138,26 +145,50 @@ def _layer_kind(config: Any, layer_config: Any, index: int) -> tuple[str, str, i
     return FULL, "full attention (no layer_types, no sliding_window)", None
 
 
+def _text_config(config: Any) -> Any:
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+
+
+def _layer_configs(text: Any) -> list[Any]:
+    return list(getattr(text, "per_layer_config", None) or [text] * int(text.num_hidden_layers))
+
+
+def _cache_order(text: Any, count: int) -> list[int]:
+    """Config layer index of each cache slot: looped recurrent blocks keep one cache per loop."""
+    loops = getattr(text, "n_recurrent_loops", None)
+    if not loops or getattr(text, "recurrent_kv_cache_mode", None) != "per_loop":
+        return list(range(count))
+    first, recurrent = int(text.n_input_layers), int(text.n_recurrent_layers)
+    looped = [first + i for _ in range(int(loops)) for i in range(recurrent)]
+    return list(range(first)) + looped + list(range(first + recurrent, count))
+
+
 def cache_geometry(config: Any) -> CacheGeometry:
-    """Expected cache layout for a (text/decoder) config."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    layer_configs = list(getattr(text, "per_layer_config", None) or [text] * int(text.num_hidden_layers))
+    """Expected cache layout for a (text/decoder) config, one entry per cache layer."""
+    text = _text_config(config)
+    layer_configs = _layer_configs(text)
     layers = []
-    for index, layer_config in enumerate(layer_configs):
+    for slot, index in enumerate(_cache_order(text, len(layer_configs))):
+        layer_config = layer_configs[index]
         kind, reason, window = _layer_kind(text, layer_config, index)
+        if slot != index:
+            reason += f"; loop copy of layer {index} (recurrent_kv_cache_mode=per_loop)"
         if kind == NO_KV:
-            layers.append(LayerGeometry(index=index, kind=kind, reason=reason))
+            layers.append(LayerGeometry(index=slot, kind=kind, reason=reason))
             continue
         heads, _ = kv_heads(layer_config)
         k_dim, v_dim, _ = head_dims(layer_config)
-        layers.append(LayerGeometry(index, kind, reason, heads, k_dim, v_dim, window))
-    query = int(_get(text, "num_attention_heads", "n_head", "num_heads") or 0)
+        layers.append(LayerGeometry(slot, kind, reason, heads, k_dim, v_dim, window))
+    query = int(_get(layer_configs[0], "num_attention_heads", "n_head", "num_heads") or 0)
     return CacheGeometry(layers=tuple(layers), query_heads=query)
 
 
 def explain(config: Any) -> str:
     """One line naming where H_kv and head_dim come from (for failure messages)."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
-    heads, head_reason = kv_heads(text)
-    k_dim, v_dim, dim_reason = head_dims(text)
-    return f"H_kv={heads} from {head_reason}; K/V head dims {k_dim}/{v_dim} from {dim_reason}"
+    text = _text_config(config)
+    layer_config = _layer_configs(text)[0]
+    if _get(layer_config, "num_attention_heads", "n_head", "num_heads") is None:
+        return "no attention heads in the config"
+    heads, head_reason = kv_heads(layer_config)
+    k_dim, v_dim, dim_reason = head_dims(layer_config)
+    return f"H_kv={heads} from {head_reason}; K/V head dims {k_dim}/{v_dim} from {dim_reason} (first layer)"

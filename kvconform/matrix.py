@@ -133,8 +133,21 @@ def load_matrix(
     except FileNotFoundError:
         raise MatrixError(f"{path}: matrix file not found (pass another with --matrix PATH)") from None
     except yaml.YAMLError as exc:
-        raise MatrixError(f"{path}: not valid YAML: {exc}") from None
+        raise MatrixError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     return parse_matrix(raw, path=path, known_model_types=known_model_types, excluded_types=excluded_types or {})
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML error on one line with 1-based positions."""
+    problem, mark = getattr(exc, "problem", None), getattr(exc, "problem_mark", None)
+    if not problem:
+        return " ".join(str(exc).split())
+    text = problem + (f" at line {mark.line + 1}, column {mark.column + 1}" if mark else "")
+    context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context:
+        started = f" started at line {context_mark.line + 1}, column {context_mark.column + 1}" if context_mark else ""
+        text += f" ({context}{started})"
+    return text
 
 
 def parse_matrix(

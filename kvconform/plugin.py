@@ -13,15 +13,13 @@ from typing import Any
 
 import pytest
 
-from kvconform.cells import Cell, expand_cells, shard
+from kvconform.cells import Cell, check_applies, expand_cells, shard
 from kvconform.matrix import Matrix, MatrixError, ModelSpec, load_matrix
 from kvconform.results import SCHEMA_VERSION
 
 RESULT_KEY = "kvconform_result"
 TIMING_KEY = "kvconform_cell"
 STATE = pytest.StashKey["KvconformState"]()
-#: Checks that run only on cells whose settings enable them (the setting has the check's name).
-OPTIONAL_CHECKS = ("ragged", "prefix_reuse")
 
 
 class KvconformState:
@@ -67,6 +65,17 @@ def pytest_configure(config: pytest.Config) -> None:
     except (MatrixError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[STATE] = KvconformState(config, matrix)
+    if hasattr(config, "workerinput"):
+        _share_cores(int(config.workerinput.get("workercount", 1)))
+
+
+def _share_cores(workers: int) -> None:
+    """Give each xdist worker its share of the cores: oversubscribed BLAS threads cost more than they give."""
+    import os
+
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, workers)))
 
 
 def resolve_matrix(config: pytest.Config) -> Matrix:
@@ -103,6 +112,7 @@ def _narrow(spec: ModelSpec, config: pytest.Config) -> ModelSpec:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config: pytest.Config) -> int | None:
+    """Answer ``--list-models`` without collecting or running anything."""
     if not config.getoption("list_models"):
         return None
     config._do_configure()
@@ -120,14 +130,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     cells = metafunc.config.stash[STATE].cells
     mark = metafunc.definition.get_closest_marker("kvconform_check")
-    if mark is not None and mark.args[0] in OPTIONAL_CHECKS:
-        cells = [cell for cell in cells if getattr(cell.spec.settings, mark.args[0])]
+    if mark is not None:
+        cells = [cell for cell in cells if check_applies(mark.args[0], cell)]
     metafunc.parametrize("cell", cells, ids=[cell.id for cell in cells])
 
 
 def _cell_of(item: pytest.Item) -> Cell | None:
     callspec = getattr(item, "callspec", None)
-    return callspec.params.get("cell") if callspec is not None else None
+    cell = callspec.params.get("cell") if callspec is not None else None
+    return cell if isinstance(cell, Cell) else None
 
 
 def _check_of(item: pytest.Item) -> str:
@@ -137,7 +148,7 @@ def _check_of(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group each cell's checks together, one xdist group per model, and apply skip/xfail marks."""
+    """Run each cell's checks together, in matrix order, and apply skip/xfail marks."""
     state = config.stash[STATE]
     order = {cell.id: index for index, cell in enumerate(state.cells)}
     items.sort(key=lambda item: order.get(cell.id, -1) if (cell := _cell_of(item)) else -1)
@@ -145,13 +156,54 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         cell = _cell_of(item)
         if cell is None:
             continue
-        item.add_marker(pytest.mark.xdist_group(cell.spec.id))
         missing = _device_missing(cell.device)
         if missing:
             item.add_marker(pytest.mark.skip(reason=missing))
-        reason = cell.spec.xfail.get(_check_of(item)) or cell.spec.xfail.get("*")
+        reason = _xfail_reason(cell, _check_of(item))
         if reason:
             item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``-n N`` send all of a model's cells to one worker, so each model is built once."""
+    if config.getvalue("dist") not in ("load", "loadgroup"):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    cells = config.stash[STATE].cells_by_id
+
+    class ByModel(LoadScopeScheduling):
+        """LoadScope with one scope per model; a test that crashed its worker is reported, not re-run."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            parsed = _parse_nodeid(nodeid)
+            return f"kvconform:{cells[parsed[1]].spec.id}" if parsed and parsed[1] in cells else nodeid
+
+        def remove_node(self, node: Any) -> str | None:
+            # LoadScope re-queues the crashing test with its scope, so a test that always crashes would
+            # take down one worker after another; mark it done and re-queue only the rest.
+            workload = self.assigned_work.pop(node)
+            pending = [(scope, nodeid) for scope, unit in workload.items() for nodeid, done in unit.items() if not done]
+            if not pending:
+                return None
+            scope, crashitem = pending[0]
+            workload[scope][crashitem] = True
+            self.workqueue.update({scope: unit for scope, unit in workload.items() if not all(unit.values())})
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return crashitem
+
+    return ByModel(config, log)
+
+
+def _xfail_reason(cell: Cell, check: str) -> str | None:
+    """Matrix xfail keys: ``check``, ``check@dtype``, ``*`` or ``*@dtype``."""
+    xfail = cell.spec.xfail
+    for key in (f"{check}@{cell.dtype}", check, f"*@{cell.dtype}", "*"):
+        if key in xfail:
+            return xfail[key]
+    return None
 
 
 def _device_missing(device: str) -> str | None:
@@ -166,7 +218,7 @@ def _device_missing(device: str) -> str | None:
 
 # ----------------------------------------------------------------------------------------- results
 
-_PARAM = re.compile(r"^(?P<test>[^\[]+)\[(?P<cell>.*)\](?:@[^\]]*)?$")
+_PARAM = re.compile(r"^(?P<test>[^\[]+)\[(?P<cell>.*)\]$")
 
 
 def _parse_nodeid(nodeid: str) -> tuple[str, str] | None:
@@ -192,7 +244,7 @@ def _message(report: pytest.TestReport, verdict: dict[str, Any] | None) -> str:
         return verdict["message"]
     if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
-    text = getattr(report, "longreprtext", "") or str(report.longrepr or "")
+    text = str(report.longrepr or "")
     lines = [line for line in text.splitlines() if line.startswith("E ")] or text.splitlines()[-3:]
     return "\n".join(line.removeprefix("E ").strip() for line in lines)[:4000]
 
@@ -215,6 +267,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
         return
     key = f"{cell_id}::{check}"
     row = state.results.get(key) or _row(state.cells_by_id[cell_id], check, report.nodeid)
+    if row["outcome"] == "crashed":
+        row["message"] += f"\n(xdist re-ran it on another worker: {outcome})"
+        return
     if outcome == "error" and row.get("outcome") in ("pass", "fail", "xfail"):
         row["message"] += "\n(teardown error) " + _message(report, None)
     verdict = props.get(RESULT_KEY)
@@ -231,7 +286,7 @@ def _row(cell: Cell, check: str, nodeid: str) -> dict[str, Any]:
         "source": f"{cell.spec.source}:{cell.spec.location}", "revision": cell.spec.revision,
         "dtype": cell.dtype, "device": cell.device, "cache": cell.cache, "check": check,
         "outcome": "pass", "measured": "", "limit": "", "message": "", "details": {},
-        "duration_s": 0.0, "nodeid": nodeid.split("@")[0],
+        "duration_s": 0.0, "nodeid": nodeid,
     }
 
 

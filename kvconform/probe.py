@@ -57,7 +57,8 @@ class StepRecord:
     """Step 0 is the prefill; step k consumed the k-th generated token."""
 
     step: int
-    seq_length: int
+    seq_length: int | None
+    """``get_seq_length()``; ``None`` for caches that keep only a recurrent state."""
     layers: list[LayerState]
     max_abs_delta: float
     worst_row: int
@@ -75,6 +76,8 @@ class GenerateRecord:
     uncached_tokens: list[list[int]]
     first_divergence: int | None
     margin_at_divergence: float | None
+    error: str | None = None
+    """Set when ``generate()`` itself raised; the other checks still read the decode loop."""
 
 
 @dataclass
@@ -160,10 +163,8 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
 
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
     start = time.perf_counter()
-    cache = new_cache(model, plan.cache, total)
-    output = model(input_ids=prompt, use_cache=True, **({keyword: cache} if cache is not None else {}))
+    cache, output = _prefill(model, keyword, prompt, new_cache(model, plan.cache, total))
     timings["prefill_s"] = time.perf_counter() - start
-    cache = returned_cache(output)
     cached_logits = [output.logits[:, -1, :]]
     lengths, layer_states = [seq_length(cache)], [snapshot_layers(cache)]
     sequence = [prompt]
@@ -173,7 +174,7 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
         token = cached_logits[-1].argmax(dim=-1, keepdim=True)
         sequence.append(token)
         output = model(input_ids=token, use_cache=True, **{keyword: cache})
-        cache = returned_cache(output)
+        cache = returned_cache(output, cache)
         cached_logits.append(output.logits[:, -1, :])
         lengths.append(seq_length(cache))
         layer_states.append(snapshot_layers(cache))
@@ -239,11 +240,22 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
     )
 
 
+def _prefill(model: torch.nn.Module, keyword: str, prompt: torch.Tensor, cache: Any) -> tuple[Any, Any]:
+    """Prefill; a model that keeps its own cache without returning it gets an explicit DynamicCache."""
+    output = model(input_ids=prompt, use_cache=True, **({keyword: cache} if cache is not None else {}))
+    returned = returned_cache(output, cache)
+    if returned is None:
+        from transformers import DynamicCache
+
+        returned = DynamicCache(config=model.config)
+        output = model(input_ids=prompt, use_cache=True, **{keyword: returned})
+        returned = returned_cache(output, returned)
+    return returned, output
+
+
 def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> Divergence | None:
     """Compare the decoded cache with the K/V one fresh pass over the whole sequence stores."""
-    fresh = new_cache(model, plan.cache, full.shape[1])
-    output = model(input_ids=full, use_cache=True, **({keyword: fresh} if fresh is not None else {}))
-    reference_cache = returned_cache(output)
+    reference_cache, _ = _prefill(model, keyword, full, new_cache(model, plan.cache, full.shape[1]))
     pairs = []
     for decoded, reference in zip(cache_layers(cache), cache_layers(reference_cache)):
         keys = getattr(decoded, "keys", None)
@@ -259,24 +271,34 @@ def run_generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -> Ge
     """Greedy generate with and without the cache; where they part, the uncached top-2 margin."""
     from transformers import GenerationConfig
 
-    runs = {}
-    for use_cache in (True, False):
-        config = GenerationConfig(
-            max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=use_cache,
-            eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
-        )
-        runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+    try:
+        runs = _generate_both(model, prompt, steps, GenerationConfig)
+    except Exception as exc:  # noqa: BLE001 - a generate() crash fails the generate check only
+        return GenerateRecord([], [], None, None, error=f"{type(exc).__name__}: {exc}"[:500])
     new = prompt.shape[1]
     cached, uncached = runs[True].sequences[:, new:], runs[False].sequences[:, new:]
     differs = (cached != uncached).any(dim=0).nonzero()
     first = int(differs[0]) if len(differs) else None
     margin = None
     if first is not None:
-        margin = min(_top2_margin(runs[False].scores[first]))
+        rows = (cached[:, first] != uncached[:, first]).nonzero().flatten().tolist()
+        margins = _top2_margin(runs[False].scores[first])
+        margin = min(margins[row] for row in rows)
     return GenerateRecord(
         cached_tokens=cached.tolist(), uncached_tokens=uncached.tolist(),
         first_divergence=first, margin_at_divergence=margin,
     )
+
+
+def _generate_both(model: torch.nn.Module, prompt: torch.Tensor, steps: int, config_class: Any) -> dict[bool, Any]:
+    runs = {}
+    for use_cache in (True, False):
+        config = config_class(
+            max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=use_cache,
+            eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
+        )
+        runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+    return runs
 
 
 def cast_model(model: torch.nn.Module, dtype: str, device: str) -> torch.nn.Module:

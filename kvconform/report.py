@@ -192,8 +192,8 @@ def strip_volatile(doc: Doc) -> Doc:
     for result in stripped.get("results", []):
         result.pop("duration_s", None)
     for cell in stripped.get("cells", []):
-        cell.pop("load_s", None)
-        cell.pop("probe_s", None)
+        for key in [key for key in cell if key.endswith("_s") or key == "loads"]:
+            del cell[key]
     return stripped
 
 

@@ -69,13 +69,13 @@ def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
 
     cache = new_cache(model, plan.cache, width + plan.decode_steps)
     output = forward(padded, mask, cache)
-    cache, logits, tokens = returned_cache(output), [output.logits[:, -1, :]], []
+    cache, logits, tokens = returned_cache(output, cache), [output.logits[:, -1, :]], []
     for _ in range(plan.decode_steps):
         token = logits[-1].argmax(-1, keepdim=True)
         tokens.append(token)
         mask = torch.cat([mask, torch.ones_like(token)], dim=1)
         output = forward(token, mask, cache)
-        cache = returned_cache(output)
+        cache = returned_cache(output, cache)
         logits.append(output.logits[:, -1, :])
 
     generated = torch.cat(tokens, dim=1) if tokens else prompt[:, :0]
@@ -100,14 +100,14 @@ def run_prefix_reuse(model: torch.nn.Module, plan: Any, keyword: str, reference:
     prompt_length = plan.prompt_length
     prefix = max(1, prompt_length - 2)
     cache = new_cache(model, plan.cache, sequence.shape[1])
-    stored = returned_cache(model(input_ids=sequence[:, :prefix], use_cache=True, **({keyword: cache} if cache is not None else {})))
+    stored = returned_cache(model(input_ids=sequence[:, :prefix], use_cache=True, **({keyword: cache} if cache is not None else {})), cache)
     reused = copy.deepcopy(stored)
     output = model(input_ids=sequence[:, prefix:prompt_length], use_cache=True, **{keyword: reused})
     logits = [output.logits[:, -1, :]]
-    reused = returned_cache(output)
+    reused = returned_cache(output, reused)
     for position in range(prompt_length, sequence.shape[1]):
         output = model(input_ids=sequence[:, position : position + 1], use_cache=True, **{keyword: reused})
-        reused = returned_cache(output)
+        reused = returned_cache(output, reused)
         logits.append(output.logits[:, -1, :])
     expected = reference[:, prompt_length - 1 :, :]
     deltas = [_row_delta(cached, expected[:, step, :]) for step, cached in enumerate(logits)]

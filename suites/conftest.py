@@ -35,8 +35,8 @@ def outcome(cell: Cell, request: pytest.FixtureRequest) -> CellOutcome:
 
 
 def _summary(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return (text[0] if text else repr(error))[:500]
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return (text or repr(error))[:500]
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ only (never downloaded), without remote code. Exit status: 0 ok, 2 bad input.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from kvconform.formula import BYTES_PER_VALUE, KvBytes, flags_geometry, mla_dims, render_text, to_json  # noqa: E402
+from kvconform.geometry import cache_geometry  # noqa: E402
 
 CONFIG_TOKENS = 1024
 SHAPE_FLAGS = ("layers", "kv_heads", "head_dim")
@@ -97,12 +99,14 @@ def load_config(source: str) -> Any:
 
 
 def config_for_type(model_type: str) -> Any:
-    from transformers import AutoConfig
+    """transformers' default config for ``model_type``."""
+    from transformers import CONFIG_MAPPING, AutoConfig
 
-    try:
-        return AutoConfig.for_model(model_type)
-    except ValueError as exc:
-        raise ConfigError(f"--model-type {model_type}: {exc}") from exc
+    if model_type not in CONFIG_MAPPING:
+        close = difflib.get_close_matches(model_type, list(CONFIG_MAPPING.keys()), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise ConfigError(f"--model-type {model_type}: not a transformers model_type{hint}")
+    return AutoConfig.for_model(model_type)
 
 
 def build(args: argparse.Namespace) -> KvBytes:
@@ -111,15 +115,16 @@ def build(args: argparse.Namespace) -> KvBytes:
         geometry = flags_geometry(args.layers, args.kv_heads, args.head_dim, args.query_heads or 0)
         source = f"flags (--layers {args.layers} --kv-heads {args.kv_heads} --head-dim {args.head_dim})"
         return KvBytes(geometry, args.tokens, args.batch, args.dtype, source)
-    from kvconform.geometry import cache_geometry
-
     if args.model_type:
         config, source = config_for_type(args.model_type), f"--model-type {args.model_type} (transformers defaults)"
     else:
         config = load_config(args.model)
         source = f"{args.model} (model_type {getattr(config, 'model_type', '?')})"
-    tokens = args.tokens or CONFIG_TOKENS
-    return KvBytes(cache_geometry(config), tokens, args.batch, args.dtype, source, mla_dims(config))
+    try:
+        geometry = cache_geometry(config)
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{source}: no decoder KV-cache shape in this config ({exc})") from exc
+    return KvBytes(geometry, args.tokens or CONFIG_TOKENS, args.batch, args.dtype, source, mla_dims(config))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,7 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"kv_bytes: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(to_json(kv), indent=2) if args.json else render_text(kv), end="\n" if args.json else "")
+    if args.json:
+        print(json.dumps(to_json(kv), indent=2, ensure_ascii=False))
+    else:
+        print(render_text(kv), end="")
     return 0
 
 

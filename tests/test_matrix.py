@@ -1,0 +1,265 @@
+"""Unit tests of kvconform.matrix: validation messages, sweep expansion, per-model overrides, tolerances."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvconform.matrix import Matrix, MatrixError, Settings, Tolerance, load_matrix, parse_matrix
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+PATH = Path("matrix.yaml")
+
+#: A stand-in for the installed causal-LM model types (fast, and stable across transformers versions).
+KNOWN = ["gpt2", "llama", "llama4", "mamba", "mistral", "mixtral", "qwen2"]
+#: A stand-in for architectures.yaml's exclusions; "retnet" is not installed and must not be reported.
+EXCLUDED = {"mamba": "state-space model: no KV cache", "retnet": "not installed here"}
+
+DEFAULTS: dict[str, Any] = {
+    "dtypes": ["float32", "float16"],
+    "devices": ["cpu"],
+    "caches": ["dynamic"],
+    "batch_size": 2,
+    "prompt_length": 6,
+    "decode_steps": 8,
+    "seed": 0,
+    "tolerances": {"float32": {"atol": 1.0e-5, "rtol": 1.0e-4}, "float16": {"atol": 1.0e-3, "rtol": 4.0e-2}},
+}
+
+
+def parse(models: list[Any], defaults: dict[str, Any] | None = None, **top: Any) -> Matrix:
+    raw = {"version": 1, "defaults": copy.deepcopy(DEFAULTS if defaults is None else defaults), "models": models, **top}
+    return parse_matrix(raw, path=PATH, known_model_types=lambda: list(KNOWN), excluded_types=EXCLUDED)
+
+
+def parse_error(models: list[Any], defaults: dict[str, Any] | None = None, **top: Any) -> str:
+    with pytest.raises(MatrixError) as info:
+        parse(models, defaults, **top)
+    message = str(info.value)
+    assert "\n" not in message, f"not one line: {message!r}"
+    assert message.startswith(f"{PATH}: "), message
+    return message
+
+
+# ----------------------------------------------------------------------------------------- defaults and overrides
+
+
+def test_defaults_apply_to_every_model() -> None:
+    matrix = parse([{"id": "a", "synthetic": "llama"}, {"id": "b", "hub": "org/model", "revision": "abc123"}])
+    assert [m.id for m in matrix.models] == ["a", "b"]
+    assert all(m.settings == matrix.defaults for m in matrix.models)
+    assert matrix.defaults == Settings(
+        dtypes=("float32", "float16"), devices=("cpu",), caches=("dynamic",), batch_size=2, prompt_length=6,
+        decode_steps=8, seed=0,
+        tolerances={"float32": Tolerance(1e-5, 1e-4), "float16": Tolerance(1e-3, 4e-2)},
+    )
+    a, b = matrix.models
+    assert (a.source, a.location, a.model_type, a.revision) == ("synthetic", "llama", "llama", None)
+    assert (b.source, b.location, b.model_type, b.revision) == ("hub", "org/model", None, "abc123")
+    assert matrix.excluded == {}
+
+
+def test_a_model_overrides_only_the_fields_it_sets() -> None:
+    matrix = parse([
+        {"id": "plain", "synthetic": "llama"},
+        {"id": "custom", "synthetic": "mistral", "dtypes": ["float32"], "caches": ["dynamic", "static"],
+         "decode_steps": 2, "generate": False, "ragged": True, "config": {"sliding_window": 4},
+         "xfail": {"parity": "known upstream bug #1"}},
+    ])
+    plain, custom = matrix.models
+    assert plain.settings == matrix.defaults
+    assert custom.settings == Settings(
+        dtypes=("float32",), devices=("cpu",), caches=("dynamic", "static"), batch_size=2, prompt_length=6,
+        decode_steps=2, seed=0, tolerances=matrix.defaults.tolerances, generate=False, ragged=True,
+    )
+    assert custom.config == {"sliding_window": 4}
+    assert custom.xfail == {"parity": "known upstream bug #1"}
+    assert plain.xfail == {} and plain.config == {}
+
+
+def test_a_single_name_is_accepted_for_a_list_field() -> None:
+    (spec,) = parse([{"id": "a", "synthetic": "llama", "dtypes": "float32", "devices": "cpu"}]).models
+    assert (spec.settings.dtypes, spec.settings.devices) == (("float32",), ("cpu",))
+
+
+def test_tolerances_merge_per_dtype_and_per_field() -> None:
+    matrix = parse([
+        {"id": "loose", "synthetic": "llama", "tolerances": {"float32": {"rtol": 1.0e-3}}},
+        {"id": "bf16", "synthetic": "llama", "dtypes": ["bfloat16"], "tolerances": {"bfloat16": {"atol": 1, "rtol": 0}}},
+    ])
+    loose, bf16 = matrix.models
+    # Only the field given changes; the other field and the other dtypes keep the defaults.
+    assert loose.settings.tolerances == {"float32": Tolerance(1e-5, 1e-3), "float16": Tolerance(1e-3, 4e-2)}
+    assert bf16.settings.tolerances == {
+        "float32": Tolerance(1e-5, 1e-4), "float16": Tolerance(1e-3, 4e-2), "bfloat16": Tolerance(1.0, 0.0),
+    }
+    assert isinstance(bf16.settings.tolerances["bfloat16"].atol, float)
+    # Entries never change the defaults they were merged into.
+    assert matrix.defaults.tolerances == {"float32": Tolerance(1e-5, 1e-4), "float16": Tolerance(1e-3, 4e-2)}
+    assert Tolerance(1e-5, 1e-3).limit(10.0) == pytest.approx(1e-5 + 1e-2)
+
+
+def test_a_dtype_without_a_tolerance_is_an_error() -> None:
+    message = parse_error([{"id": "a", "synthetic": "llama", "dtypes": ["float32", "bfloat16"]}])
+    assert "models[0] (id 'a')" in message and "bfloat16" in message and "tolerances" in message
+
+
+# ----------------------------------------------------------------------------------------- sweep
+
+
+def test_sweep_gives_one_spec_per_model_type_minus_the_excluded() -> None:
+    matrix = parse([
+        {"id": "llama-gqa", "synthetic": "llama", "caches": ["static"]},
+        {"sweep": "causal-lm", "exclude": {"qwen2": "too slow here", "llama": "covered by llama-gqa"},
+         "decode_steps": 3, "xfail": {"mistral": {"generate": "upstream issue"}}},
+    ])
+    ids = [m.id for m in matrix.models]
+    assert ids == ["llama-gqa", "gpt2", "llama4", "mistral", "mixtral"]
+    swept = matrix.models[1:]
+    assert all(m.source == "synthetic" and m.location == m.id == m.model_type for m in swept)
+    assert all(m.settings.decode_steps == 3 and m.settings.caches == ("dynamic",) for m in swept)
+    assert matrix.models[0].settings.caches == ("static",) and matrix.models[0].settings.decode_steps == 8
+    assert {m.id: dict(m.xfail) for m in swept} == {
+        "gpt2": {}, "llama4": {}, "mistral": {"generate": "upstream issue"}, "mixtral": {},
+    }
+    # The table's exclusions (installed ones only) plus the entry's, each with its reason.
+    assert matrix.excluded == {
+        "mamba": "state-space model: no KV cache", "qwen2": "too slow here", "llama": "covered by llama-gqa",
+    }
+
+
+def test_sweep_ids_clash_with_a_named_model_of_the_same_id() -> None:
+    message = parse_error([{"id": "gpt2", "synthetic": "gpt2"}, {"sweep": "causal-lm"}])
+    assert "duplicate model id 'gpt2'" in message
+
+
+@pytest.mark.parametrize(("entry", "fragments"), [
+    ({"sweep": "causal-lm", "exclude": {"qwen": "x"}}, ["models[0]", "'exclude'", "'qwen'", "Did you mean: qwen2"]),
+    ({"sweep": "causal-lm", "xfail": {"mistrall": {"parity": "x"}}}, ["'xfail'", "'mistrall'", "mistral"]),
+    ({"sweep": "causal-lm", "id": "all"}, ["models[0] (id 'all')", "'id' is not allowed in a sweep entry"]),
+    ({"sweep": "seq2seq"}, ["models[0]", "'sweep' must be 'causal-lm'"]),
+])
+def test_sweep_errors(entry: dict[str, Any], fragments: list[str]) -> None:
+    message = parse_error([entry])
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+# ----------------------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(("models", "defaults", "fragments"), [
+    # unknown key, with a "did you mean"
+    ([{"id": "a", "synthetic": "llama", "dtype": ["float32"]}], None,
+     ["models[0] (id 'a')", "unknown field 'dtype'", "Did you mean 'dtypes'?"]),
+    ([{"id": "a", "synthetic": "llama"}], {**DEFAULTS, "decode_step": 4},
+     ["defaults", "unknown field 'decode_step'", "Did you mean 'decode_steps'?"]),
+    ([{"id": "a", "synthetic": "llama", "tolerances": {"float32": {"atoll": 1.0}}}], None,
+     ["models[0] (id 'a')", "tolerances.float32", "'atoll'", "Did you mean 'atol'?"]),
+    # wrong types
+    ([{"id": "a", "synthetic": "llama", "decode_steps": "eight"}], None,
+     ["models[0] (id 'a')", "'decode_steps'", "must be int", "str 'eight'"]),
+    ([{"id": "a", "synthetic": "llama", "batch_size": True}], None, ["'batch_size'", "got a boolean"]),
+    ([{"id": "a", "synthetic": "llama", "decode_steps": 0}], None, ["'decode_steps'", ">= 1", "got 0"]),
+    ([{"id": "a", "synthetic": "llama", "generate": "yes"}], None, ["'generate'", "must be bool"]),
+    ([{"id": "a", "synthetic": "llama", "tolerances": {"float32": {"atol": "small"}}}], None,
+     ["tolerances.float32", "'atol'", "must be int or float"]),
+    ([{"id": "a", "synthetic": "llama", "config": ["hidden_size", 64]}], None, ["'config'", "must be dict"]),
+    ([{"id": 7, "synthetic": "llama"}], None, ["models[0] (id 7)", "'id'", "must be str"]),
+    # unknown model_type, with close matches
+    ([{"id": "b", "synthetic": "gpt2"}, {"id": "a", "synthetic": "lama"}], None,
+     ["models[1] (id 'a')", "'synthetic'", "unknown model_type 'lama'", "Did you mean: llama", "Available: gpt2"]),
+    # unknown dtype / device / cache
+    ([{"id": "a", "synthetic": "llama", "dtypes": ["float32", "float64"]}], None,
+     ["models[0] (id 'a')", "'dtypes'", "unknown value 'float64'", "Did you mean", "float32"]),
+    ([{"id": "a", "synthetic": "llama"}], {**DEFAULTS, "devices": ["gpu"]}, ["defaults", "'devices'", "'gpu'"]),
+    ([{"id": "a", "synthetic": "llama", "caches": ["sliding"]}], None, ["'caches'", "'sliding'", "dynamic, static"]),
+    ([{"id": "a", "synthetic": "llama", "tolerances": {"float64": {"atol": 1.0}}}], None, ["'tolerances'", "'float64'"]),
+    # duplicate ids
+    ([{"id": "tiny", "synthetic": "llama"}, {"id": "tiny", "synthetic": "gpt2"}], None, ["duplicate model id 'tiny'"]),
+    # sources
+    ([{"id": "a"}], None, ["models[0] (id 'a')", "exactly one source", "found: none"]),
+    ([{"id": "a", "synthetic": "llama", "hub": "org/m"}], None, ["exactly one source", "found: synthetic, hub"]),
+    ([{"synthetic": "llama"}], None, ["models[0]", "missing field 'id'"]),
+    ([{"id": "a b", "synthetic": "llama"}], None, ["'id' must be non-empty without spaces or brackets"]),
+    ([{"id": "a[1]", "synthetic": "llama"}], None, ["'id' must be non-empty without spaces or brackets"]),
+    ([{"id": "a", "hub": "org/m", "config": {"x": 1}}], None, ["'config' only applies to synthetic models"]),
+    ([{"id": "a", "synthetic": "llama", "revision": "main"}], None, ["'revision' only applies to hub models"]),
+    ([{"id": "a", "gguf": {"file": "x.gguf"}}], None, ["'gguf' needs either 'path' or both 'package' and 'file'"]),
+    # shape of the file
+    ([], None, ["'models' must be a non-empty list"]),
+    (["llama"], None, ["models[0]", "expected a mapping, got str"]),
+])
+def test_invalid_entries_name_file_entry_and_field(
+    models: list[Any], defaults: dict[str, Any] | None, fragments: list[str]
+) -> None:
+    message = parse_error(models, defaults)
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_unknown_top_level_key() -> None:
+    message = parse_error([{"id": "a", "synthetic": "llama"}], model={"id": "b"})
+    assert "unknown field 'model'" in message and "Did you mean 'models'?" in message
+
+
+def test_the_file_must_hold_a_mapping() -> None:
+    with pytest.raises(MatrixError, match=r"^matrix\.yaml: expected a mapping .* got list$"):
+        parse_matrix([1, 2], path=PATH, known_model_types=lambda: KNOWN, excluded_types={})
+
+
+# ----------------------------------------------------------------------------------------- files
+
+
+#: tests/data file -> fragments of its one-line error (the same files tests/test_plugin.py runs pytest on).
+BAD_FILES = {
+    "bad_unknown_key.yaml": ["models[0] (id 'llama-gqa')", "unknown field 'dtype'", "Did you mean 'dtypes'?"],
+    "bad_wrong_type.yaml": ["models[0] (id 'llama-gqa')", "'decode_steps'", "must be int", "'eight'"],
+    "bad_model_type.yaml": ["models[1] (id 'llama-gqa')", "'synthetic'", "'lama'", "Did you mean: llama"],
+    "bad_dtype.yaml": ["models[0] (id 'llama-gqa')", "'dtypes'", "'float64'", "float32"],
+    "bad_duplicate_id.yaml": ["duplicate model id 'tiny'"],
+    "bad_yaml.yaml": ["not valid YAML", "line 9"],
+    "does_not_exist.yaml": ["not found", "--matrix"],
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_load_matrix_errors_are_one_line_naming_the_file(name: str) -> None:
+    with pytest.raises(MatrixError) as info:
+        load_matrix(DATA / name, known_model_types=lambda: list(KNOWN), excluded_types=EXCLUDED)
+    message = str(info.value)
+    assert message.startswith(f"{DATA / name}: "), message
+    assert "\n" not in message, f"not one line: {message!r}"
+    for fragment in BAD_FILES[name]:
+        assert fragment in message, message
+
+
+def test_load_matrix_reads_the_test_matrix() -> None:
+    matrix = load_matrix(DATA / "main.yaml", known_model_types=lambda: list(KNOWN))
+    assert matrix.path == DATA / "main.yaml"
+    assert [(m.id, m.location, dict(m.config)) for m in matrix.models] == [
+        ("llama-gqa", "llama", {}), ("gpt2-tiny", "gpt2", {}), ("broken-llama", "llama", {"hidden_size": 63}),
+    ]
+    assert matrix.models[0].settings.caches == ("dynamic", "static")
+    assert matrix.select(["gpt2-tiny"]).models == (matrix.models[1],)
+    with pytest.raises(MatrixError, match=r"unknown model id 'gpt2'\. Did you mean: gpt2-tiny\?"):
+        matrix.select(["gpt2"])
+
+
+def test_the_default_matrix_is_valid_and_matches_the_self_test_tolerances() -> None:
+    from kvconform.synthetic import causal_lm_model_types, load_architecture_table
+    from tests.conftest import TOLERANCES
+
+    path = REPO / "model_matrix.yaml"
+    matrix = load_matrix(path, known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1])
+    assert dict(matrix.defaults.tolerances) == TOLERANCES
+    raw = yaml.safe_load(path.read_text())
+    if any("sweep" in entry for entry in raw["models"]):
+        swept = {m.id for m in matrix.models if m.source == "synthetic" and m.id == m.location}
+        assert swept | set(matrix.excluded) == set(causal_lm_model_types())
+        assert not swept & set(matrix.excluded)

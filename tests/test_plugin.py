@@ -1,0 +1,410 @@
+"""End-to-end tests of the kvconform pytest plugin: inner pytest runs of the real suite on tiny matrices.
+
+Each inner run works in its own temporary folder holding a copy of ``suites/conftest.py`` and
+``suites/test_conformance.py`` (read at test time, so the tests follow the suite), a matrix from
+``tests/data`` and a ``pytest.ini`` that pins the rootdir there; reports go to that folder's
+``reports/``, never to the repository's.
+
+Inner runs are in-process (``pytest.main``), which skips re-importing torch and transformers: an
+``-n 0`` run takes about a second. ``-n 2`` runs still start two worker processes. The runs are
+module-scoped fixtures shared by several tests; each run is started by the first test that needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import subprocess
+import sys
+import traceback
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kvconform.plugin
+from kvconform.report import REPORT_FILES, load_document, strip_volatile
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+SUITE = REPO / "suites"
+
+CHECKS = ("parity", "growth", "shapes", "bytes", "generate")
+HEALTHY_CELLS = ("llama-gqa[float32-cpu-dynamic]", "llama-gqa[float32-cpu-static]", "gpt2-tiny[float32-cpu-dynamic]")
+BROKEN_CELL = "broken-llama[float32-cpu-dynamic]"
+#: (cell, check) -> outcome for tests/data/main.yaml. The broken model fails in the ``outcome``
+#: fixture, i.e. at setup, which pytest (and so the report) calls an error.
+EXPECTED = {(cell, check): "pass" for cell in HEALTHY_CELLS for check in CHECKS} | {
+    (BROKEN_CELL, check): "error" for check in CHECKS
+}
+
+#: Killed with os._exit in whichever xdist worker runs it (crash run only).
+CRASH_TEST = "test_shapes[gpt2-tiny[float32-cpu-dynamic]]"
+#: Raises KeyboardInterrupt when it is called (interrupt run only); every llama-gqa cell runs before it.
+INTERRUPT_TEST = "test_parity[gpt2-tiny[float32-cpu-dynamic]]"
+
+#: Outer environment the inner runs must not see (the step summary would get the inner reports).
+HIDDEN_ENV = ("GITHUB_STEP_SUMMARY", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+
+CRASH_HOOK = f'''
+
+def pytest_runtest_call(item):
+    """Kill this xdist worker (never the controller) the first time {CRASH_TEST} runs."""
+    import os
+    from pathlib import Path
+
+    flag = Path(__file__).with_name("crashed.flag")
+    if item.name == {CRASH_TEST!r} and hasattr(item.config, "workerinput") and not flag.exists():
+        flag.write_text(str(os.getpid()))
+        os._exit(1)
+'''
+
+INTERRUPT_HOOK = f'''
+
+def pytest_runtest_call(item):
+    """Ctrl-C in the middle of the session."""
+    if item.name == {INTERRUPT_TEST!r}:
+        raise KeyboardInterrupt
+'''
+
+
+# ----------------------------------------------------------------------------------------- helpers
+
+
+@dataclass
+class Run:
+    """One finished inner pytest run."""
+
+    dir: Path
+    ret: int
+    out: str
+    err: str
+
+    @property
+    def output(self) -> str:
+        return self.out + self.err
+
+    @property
+    def report_dir(self) -> Path:
+        return self.dir / "reports"
+
+    def doc(self) -> dict[str, Any]:
+        path = self.report_dir / "conformance.json"
+        assert path.is_file(), f"no report was written; inner output:\n{self.output[-4000:]}"
+        return load_document(path)
+
+    def rows(self) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(r["cell_id"], r["check"]): r for r in self.doc()["results"]}
+
+    def outcomes(self) -> dict[tuple[str, str], str]:
+        return {key: row["outcome"] for key, row in self.rows().items()}
+
+
+def make_suite(workdir: Path, matrix: str = "main.yaml", extra_conftest: str = "") -> Path:
+    """A folder with the suite, ``matrix.yaml`` (copied from tests/data) and a pytest.ini."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "pytest.ini").write_text("[pytest]\n")
+    (workdir / "conftest.py").write_text((SUITE / "conftest.py").read_text() + extra_conftest)
+    (workdir / "test_conformance.py").write_text((SUITE / "test_conformance.py").read_text())
+    (workdir / "matrix.yaml").write_text((DATA / matrix).read_text())
+    return workdir
+
+
+def run_pytest(workdir: Path, *args: str) -> Run:
+    """``pytest -p kvconform.plugin ARGS`` in-process with ``workdir`` as cwd; the outer run is left as it was.
+
+    An exception escaping ``pytest.main`` is printed as a traceback into the captured stderr (what a
+    real process would print) and gives ``ret == -1``.
+    """
+    argv = ["-p", "kvconform.plugin", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning", "--device", "cpu",
+            "--report-dir", str(workdir / "reports"), *args]
+    out, err = io.StringIO(), io.StringIO()
+    saved_modules, saved_path, saved_cwd = dict(sys.modules), list(sys.path), os.getcwd()
+    saved_env = {name: os.environ.pop(name) for name in HIDDEN_ENV if name in os.environ}
+    # kvconform.plugin keeps the running config in a module global, shared with the outer run.
+    saved_holder = dict(kvconform.plugin._config_holder)
+    os.chdir(workdir)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                ret = int(pytest.main(argv))
+            except (Exception, SystemExit):
+                traceback.print_exc()
+                ret = -1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.update(saved_env)
+        sys.path[:] = saved_path
+        kvconform.plugin._config_holder.clear()
+        kvconform.plugin._config_holder.update(saved_holder)
+        # The inner conftest/test modules are imported as top-level "conftest"/"test_conformance".
+        for name, module in list(sys.modules.items()):
+            if str(getattr(module, "__file__", None) or "").startswith(str(workdir)):
+                if name in saved_modules:
+                    sys.modules[name] = saved_modules[name]
+                else:
+                    del sys.modules[name]
+    return Run(workdir, ret, out.getvalue(), err.getvalue())
+
+
+def comparable(row: dict[str, Any]) -> dict[str, Any]:
+    """A result row without its duration, and without the "[gw0] linux -- Python ..." line xdist puts
+    above a worker's failure text (see test_xdist_results_equal_the_serial_run for that one)."""
+    message = "\n".join(line for line in row["message"].splitlines() if not re.match(r"\[gw\d+\] \S+ -- Python ", line))
+    return {key: value for key, value in row.items() if key != "duration_s"} | {"message": message}
+
+
+def without_date(markdown: str) -> str:
+    return "\n".join(line for line in markdown.splitlines() if not line.startswith("- **date**:"))
+
+
+# ----------------------------------------------------------------------------------------- shared runs
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """main.yaml in one process, with --junitxml."""
+    workdir = make_suite(tmp_path_factory.mktemp("reference"))
+    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q", "--junitxml", str(workdir / "junit.xml"))
+
+
+@pytest.fixture(scope="module")
+def rerun(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """The reference run again, in another folder."""
+    workdir = make_suite(tmp_path_factory.mktemp("rerun"))
+    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q")
+
+
+@pytest.fixture(scope="module")
+def distributed(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """main.yaml over two xdist workers (verbose, to see which worker ran what)."""
+    workdir = make_suite(tmp_path_factory.mktemp("distributed"))
+    return run_pytest(workdir, "--matrix", "matrix.yaml", "-n", "2", "-v")
+
+
+@pytest.fixture(scope="module")
+def crashed(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """main.yaml over two xdist workers, one of which dies while running CRASH_TEST."""
+    workdir = make_suite(tmp_path_factory.mktemp("crashed"), extra_conftest=CRASH_HOOK)
+    run = run_pytest(workdir, "--matrix", "matrix.yaml", "-n", "2", "-v")
+    assert (workdir / "crashed.flag").is_file(), f"the crash hook never fired:\n{run.output[-4000:]}"
+    return run
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """main.yaml in one process, Ctrl-C when INTERRUPT_TEST starts."""
+    workdir = make_suite(tmp_path_factory.mktemp("interrupted"), extra_conftest=INTERRUPT_HOOK)
+    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q")
+
+
+# ----------------------------------------------------------------------------------------- one process
+
+
+def test_reference_run_reports_every_cell_and_check(reference: Run) -> None:
+    assert reference.ret == 1, reference.output[-4000:]  # the broken model's cells error
+    assert reference.outcomes() == EXPECTED
+    for (cell_id, check), row in reference.rows().items():
+        model, _, rest = cell_id.partition("[")
+        assert (row["model"], row["dtype"], row["device"], row["cache"]) == (model, *rest.rstrip("]").split("-"))
+        assert row["nodeid"] == f"test_conformance.py::test_{check}[{cell_id}]"
+        if row["outcome"] == "pass":
+            assert row["measured"], row
+    for name in REPORT_FILES:
+        assert (reference.report_dir / name).stat().st_size > 0
+    cells = {cell["cell_id"] for cell in reference.doc()["cells"]}
+    assert cells == {*HEALTHY_CELLS, BROKEN_CELL}
+    assert f"report: {reference.report_dir / 'conformance.json'}" in reference.out
+
+
+def test_model_that_cannot_be_built_fails_only_its_own_cells(reference: Run) -> None:
+    rows = reference.rows()
+    for check in CHECKS:
+        message = rows[(BROKEN_CELL, check)]["message"]
+        assert "\n" not in message.strip(), message
+        assert message.startswith(f"{BROKEN_CELL}: model could not be built"), message
+        assert "ValidationError" in message, message  # the exception type is named
+        for cell in HEALTHY_CELLS:
+            assert rows[(cell, check)]["outcome"] == "pass"
+    markdown = (reference.report_dir / "conformance.md").read_text()
+    assert "15 passed, 0 failed, 0 skipped, 0 xfailed, 5 errored, 0 crashed (4 cells)" in markdown
+
+
+def test_build_failure_summary_keeps_the_reason(reference: Run) -> None:
+    """The one-line summary must say *why* (transformers puts it on the exception's second line)."""
+    message = reference.rows()[(BROKEN_CELL, "parity")]["message"]
+    assert "not a multiple of the number of attention heads" in message, message
+
+
+def test_junitxml_is_written_alongside_the_reports(reference: Run) -> None:
+    suite = ET.parse(reference.dir / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    assert (suite.get("errors"), suite.get("failures")) == ("5", "0")
+    cases = {case.get("name"): case for case in suite.iter("testcase") if "[" in (case.get("name") or "")[:-1]}
+    cells = {name: case for name, case in cases.items() if name.partition("[")[2][:-1] in {c for c, _ in EXPECTED}}
+    assert set(cells) == {f"test_{check}[{cell}]" for cell, check in EXPECTED}
+    broken = {name for name, case in cells.items() if case.find("error") is not None}
+    assert broken == {f"test_{check}[{BROKEN_CELL}]" for check in CHECKS}
+    assert (reference.report_dir / "conformance.json").is_file()
+
+
+def test_identical_reruns_give_identical_json(reference: Run, rerun: Run) -> None:
+    assert rerun.ret == 1, rerun.output[-4000:]
+    assert strip_volatile(rerun.doc()) == strip_volatile(reference.doc())
+
+
+def test_identical_reruns_give_identical_markdown(reference: Run, rerun: Run) -> None:
+    first = (reference.report_dir / "conformance.md").read_text()
+    second = (rerun.report_dir / "conformance.md").read_text()
+    assert "- **date**:" in first
+    assert without_date(second) == without_date(first)
+
+
+def test_strip_volatile_removes_every_timing_the_plugin_records(reference: Run) -> None:
+    """Per-cell timings (and the per-process load counter) differ run to run and with -n."""
+    for cell in strip_volatile(reference.doc())["cells"]:
+        volatile = sorted(key for key in cell if key.endswith("_s") or key == "loads")
+        assert not volatile, f"strip_volatile leaves {volatile} in {cell['cell_id']}"
+
+
+def test_interrupted_session_still_writes_what_finished(interrupted: Run) -> None:
+    assert interrupted.ret == 2, interrupted.output[-4000:]  # pytest's "interrupted"
+    assert "KeyboardInterrupt" in interrupted.output
+    finished = {(cell, check): "pass" for cell in HEALTHY_CELLS[:2] for check in CHECKS}
+    assert interrupted.outcomes() == finished
+    markdown = (interrupted.report_dir / "conformance.md").read_text()
+    assert "10 passed" in markdown and "(2 cells)" in markdown
+
+
+def test_k_with_a_cell_id_selects_exactly_that_cells_checks(tmp_path: Path) -> None:
+    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "-q", "-k", "llama-gqa[float32-cpu-dynamic]")
+    assert run.ret == 0, run.output[-4000:]
+    assert re.search(r"\b5 passed, \d+ deselected in\b", run.out), run.out[-2000:]
+    assert run.outcomes() == {("llama-gqa[float32-cpu-dynamic]", check): "pass" for check in CHECKS}
+
+
+# ----------------------------------------------------------------------------------------- xdist
+
+
+def test_xdist_run_reports_every_cell_and_check(distributed: Run) -> None:
+    assert distributed.ret == 1, distributed.output[-4000:]
+    assert distributed.outcomes() == EXPECTED
+    for row in distributed.rows().values():
+        assert "@" not in row["nodeid"]
+
+
+def test_xdist_results_equal_the_serial_run(reference: Run, distributed: Run) -> None:
+    assert strip_volatile(distributed.doc())["results"] == strip_volatile(reference.doc())["results"]
+
+
+def test_xdist_document_equals_the_serial_run(reference: Run, distributed: Run) -> None:
+    assert strip_volatile(distributed.doc()) == strip_volatile(reference.doc())
+
+
+def test_xdist_keeps_each_model_on_one_worker(distributed: Run) -> None:
+    """The plugin puts one xdist_group per model so a model is built (and each cell probed) once."""
+    workers: dict[str, set[str]] = defaultdict(set)
+    for worker, model in re.findall(r"^\[(gw\d+)\].*?::test_\w+\[([^\[\]]+)\[", distributed.out, re.MULTILINE):
+        workers[model].add(worker)
+    assert set(workers) == {"llama-gqa", "gpt2-tiny", "broken-llama"}, distributed.out[-4000:]
+    spread = {model: sorted(found) for model, found in workers.items() if len(found) > 1}
+    assert not spread, f"models built in several workers (plain -n does not group by xdist_group): {spread}"
+
+
+def test_crashed_worker_gets_a_crashed_row_and_the_rest_still_report(reference: Run, crashed: Run) -> None:
+    assert crashed.ret == 1, crashed.output[-4000:]
+    assert re.search(r"worker 'gw\d' crashed while running", crashed.output), crashed.output[-4000:]
+    rows = crashed.rows()
+    crash_key = ("gpt2-tiny[float32-cpu-dynamic]", "shapes")
+    # The hook crashes once only, so a scheduler that re-ran the crashed test would turn this into "pass".
+    assert rows[crash_key]["outcome"] == "crashed"
+    assert "crashed" in rows[crash_key]["message"]
+    expected = dict(EXPECTED) | {crash_key: "crashed"}
+    assert crashed.outcomes() == expected
+    reference_rows = reference.rows()
+    for key, row in rows.items():
+        if key != crash_key:
+            assert comparable(row) == comparable(reference_rows[key]), key
+
+
+# ----------------------------------------------------------------------------------------- bad input
+
+
+BAD_MATRICES = {
+    # case: (matrix path relative to tests/data, fragments the single error line must contain)
+    "unknown-key": ("bad_unknown_key.yaml", ["models[0] (id 'llama-gqa')", "unknown field 'dtype'", "Did you mean 'dtypes'?"]),
+    "wrong-type": ("bad_wrong_type.yaml", ["models[0] (id 'llama-gqa')", "'decode_steps'", "must be int", "'eight'"]),
+    "unknown-model-type": ("bad_model_type.yaml", ["models[1] (id 'llama-gqa')", "'synthetic'", "'lama'", "Did you mean: llama"]),
+    "unknown-dtype": ("bad_dtype.yaml", ["models[0] (id 'llama-gqa')", "'dtypes'", "'float64'", "Did you mean", "float32"]),
+    "duplicate-id": ("bad_duplicate_id.yaml", ["duplicate model id 'tiny'"]),
+    "invalid-yaml": ("bad_yaml.yaml", ["not valid YAML", "line 9"]),
+    "missing-file": ("does_not_exist.yaml", ["not found"]),
+}
+
+
+def assert_one_usage_error(run: Run, fragments: list[str]) -> str:
+    assert run.ret == 4, f"exit code {run.ret}, want 4 (usage error):\n{run.output[-4000:]}"
+    assert "Traceback" not in run.output, run.output[-4000:]
+    lines = [line for line in run.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("ERROR: "), f"want one 'ERROR: ' line, got:\n{run.output}"
+    for fragment in fragments:
+        assert fragment in lines[0], f"{fragment!r} not in {lines[0]!r}"
+    assert not run.report_dir.exists()
+    return lines[0]
+
+
+@pytest.mark.parametrize("case", list(BAD_MATRICES))
+def test_bad_matrix_gives_one_clear_usage_error(case: str, tmp_path: Path) -> None:
+    name, fragments = BAD_MATRICES[case]
+    run = run_pytest(tmp_path, "--matrix", str(DATA / name))
+    assert_one_usage_error(run, [f"{DATA / name}:", *fragments])
+
+
+def test_bad_shard_option_gives_one_usage_error(tmp_path: Path) -> None:
+    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--shard", "3/2")
+    assert_one_usage_error(run, ["--shard 3/2"])
+
+
+def test_bad_matrix_from_a_real_process(tmp_path: Path) -> None:
+    """The same, as a user types it: a separate interpreter, nothing imported beforehand."""
+    env = {k: v for k, v in os.environ.items() if k not in HIDDEN_ENV}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "kvconform.plugin", "-p", "no:cacheprovider",
+         "--matrix", str(DATA / "bad_unknown_key.yaml"), "--report-dir", str(tmp_path / "reports")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+    run = Run(tmp_path, proc.returncode, proc.stdout, proc.stderr)
+    assert_one_usage_error(run, ["bad_unknown_key.yaml: models[0] (id 'llama-gqa')", "Did you mean 'dtypes'?"])
+
+
+# ----------------------------------------------------------------------------------------- --list-models
+
+
+def test_list_models_prints_the_matrix_and_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import kvconform.runner
+
+    loads: list[Any] = []
+    monkeypatch.setattr(kvconform.runner, "load_master", lambda spec: loads.append(spec))
+    (tmp_path / "listing.yaml").write_text((DATA / "listing.yaml").read_text())
+    run = run_pytest(tmp_path, "--matrix", "listing.yaml", "--list-models")
+    assert run.ret == 0, run.output[-4000:]
+    lines = run.out.splitlines()
+    excluded_at = next(i for i, line in enumerate(lines) if line.endswith("architectures excluded:"))
+    header = next(line for line in lines if line.startswith("| id "))
+    assert [h.strip() for h in header.strip("|").split("|")][:5] == ["id", "model_type", "source", "dtypes", "devices"]
+    table = {cols[0]: cols for line in lines[:excluded_at] if line.startswith("| ")
+             for cols in [[c.strip() for c in line.strip("|").split("|")]]}
+    assert table["llama-gqa"][:6] == ["llama-gqa", "llama", "synthetic:llama", "float32", "cpu", "dynamic,static"]
+    assert table["gpt2"][:5] == ["gpt2", "gpt2", "synthetic:gpt2", "float32", "cpu"]  # from the sweep
+    assert "mamba" not in table
+    excluded = "\n".join(lines[excluded_at:])
+    assert "listing-test: state-space model, left out on purpose" in excluded
+    assert re.search(r"^\| mamba\s+\|", excluded, re.MULTILINE)
+    assert not loads
+    assert not re.search(r"collected \d+ item|\d+ (passed|failed|errors?|skipped)|no tests ran", run.output)
+    assert not run.report_dir.exists()
