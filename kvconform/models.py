@@ -10,6 +10,9 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
+import tempfile
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +41,12 @@ def cache_dir() -> Path:
 def load_master(spec: ModelSpec) -> torch.nn.Module:
     """The model in float32, eval mode, ready to be cast per dtype."""
     loaders = {"synthetic": _build_synthetic, "checkpoint": _load_folder, "gguf": _load_gguf, "hub": _load_hub}
-    model = loaders[spec.source](spec)
+    try:
+        model = loaders[spec.source](spec)
+    except BaseException:
+        _release_offload_folders(None)
+        raise
+    _release_offload_folders(model)
     return model.eval()
 
 
@@ -94,10 +102,34 @@ def _load_folder(spec: ModelSpec) -> torch.nn.Module:
 def _placement(spec: ModelSpec) -> dict[str, Any]:
     if spec.device_map is None:
         return {}
-    placement: dict[str, Any] = {"device_map": spec.device_map}
+    placement: dict[str, Any] = {"device_map": spec.device_map, "offload_folder": _offload_folder(spec)}
     if spec.max_memory:
         placement["max_memory"] = {(int(k) if str(k).isdigit() else k): v for k, v in spec.max_memory.items()}
     return placement
+
+
+#: Offload folders made by the load in progress; ``load_master`` ties them to the loaded model's life.
+_PENDING_OFFLOAD: list[str] = []
+
+
+def _offload_folder(spec: ModelSpec) -> str:
+    """A fresh folder under the cache dir for the weights accelerate re-saves when it offloads them to disk
+    (MoE experts, pickle weights): without one, from_pretrained refuses such a device_map."""
+    root = cache_dir() / "offload"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix=f"{spec.id}-", dir=root)
+    _PENDING_OFFLOAD.append(folder)
+    return folder
+
+
+def _release_offload_folders(model: torch.nn.Module | None) -> None:
+    """Remove the offload folders when ``model`` is garbage-collected (or at exit); at once if the load failed."""
+    while _PENDING_OFFLOAD:
+        folder = _PENDING_OFFLOAD.pop()
+        if model is None:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            weakref.finalize(model, shutil.rmtree, folder, True)
 
 
 def resolve_gguf(location: str, model_id: str) -> Path:
@@ -129,9 +161,15 @@ def _load_gguf(spec: ModelSpec) -> torch.nn.Module:
 
     path = resolve_gguf(spec.location, spec.id)
     prepared = cache_dir() / "gguf" / file_digest(path)
-    if not (prepared / "model.safetensors").is_file():
+    if not _is_prepared(prepared):
         _dequantize_gguf(path, prepared)
     return AutoModelForCausalLM.from_pretrained(prepared, dtype=torch.float32, use_safetensors=True, **_placement(spec))
+
+
+def _is_prepared(folder: Path) -> bool:
+    """A finished dequantized folder: a config and its weights, in one file or sharded with an index."""
+    weights = (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()
+    return (folder / "config.json").is_file() and weights
 
 
 def _dequantize_gguf(path: Path, target: Path) -> None:
@@ -149,7 +187,10 @@ def _dequantize_gguf(path: Path, target: Path) -> None:
         raise RuntimeError(f"GGUF {path.name}: state dict mismatch (missing {missing[:3]}, unexpected {unexpected[:3]})")
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
     dense.save_pretrained(staging, safe_serialization=True)
-    staging.rename(target) if not target.exists() else None
+    if target.exists():  # another process (or an unfinished earlier run) got there first
+        shutil.rmtree(target if not _is_prepared(target) else staging, ignore_errors=True)
+    if not target.exists():
+        staging.rename(target)
 
 
 def _load_hub(spec: ModelSpec) -> torch.nn.Module:
@@ -160,7 +201,7 @@ def _load_hub(spec: ModelSpec) -> torch.nn.Module:
     try:
         config_path = cached_file(spec.location, "config.json", revision=spec.revision, local_files_only=offline)
     except Exception as exc:  # noqa: BLE001 - hub errors are many; all mean "not here"
-        how = f"huggingface-cli download {spec.location}" + (f" --revision {spec.revision}" if spec.revision else "")
+        how = f"hf download {spec.location}" + (f" --revision {spec.revision}" if spec.revision else "")
         mode = "offline (HF_HUB_OFFLINE=1) and not in the local cache" if offline else f"not reachable ({type(exc).__name__})"
         raise ModelUnavailable(f"{spec.id}: hub id {spec.location!r} is {mode}; fetch it on a connected machine with `{how}`") from None
     check_config_safety(json.loads(Path(config_path).read_text()), spec, f"hub {spec.location} config.json")

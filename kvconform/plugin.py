@@ -234,7 +234,7 @@ def _outcome(report: pytest.TestReport) -> str | None:
         return "skip" if report.skipped else ("error" if report.failed else None)
     if report.when == "call":
         if hasattr(report, "wasxfail"):
-            return "xfail" if report.skipped else "pass"
+            return "xfail" if report.skipped else "xpass"
         return {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
     return "error" if report.failed else None
 

@@ -24,10 +24,10 @@ Doc = dict[str, Any]
 CHECK_ORDER = ("parity", "growth", "shapes", "bytes", "generate")
 #: Outcomes that make a run red.
 BAD_OUTCOMES = ("fail", "error", "crashed")
-OUTCOME_LABELS = {"pass": "pass", "fail": "FAIL", "skip": "skip", "xfail": "xfail", "error": "error",
-                  "crashed": "crashed"}
-TOTAL_WORDS = {"pass": "passed", "fail": "failed", "skip": "skipped", "xfail": "xfailed", "error": "errored",
-               "crashed": "crashed"}
+OUTCOME_LABELS = {"pass": "pass", "fail": "FAIL", "skip": "skip", "xfail": "xfail", "xpass": "XPASS",
+                  "error": "error", "crashed": "crashed"}
+TOTAL_WORDS = {"pass": "passed", "fail": "failed", "skip": "skipped", "xfail": "xfailed", "xpass": "xpassed",
+               "error": "errored", "crashed": "crashed"}
 #: Environment keys in display order; other keys follow alphabetically.
 ENV_ORDER = ("kvconform", "python", "torch", "transformers", "accelerate", "platform", "devices",
              "git_commit", "matrix_path", "matrix_sha256", "date", "shards")

@@ -8,7 +8,8 @@ from typing import Any
 SCHEMA_VERSION = 1
 
 #: Outcomes a cell/check can have in a report.
-OUTCOMES = ("pass", "fail", "skip", "xfail", "error", "crashed")
+OUTCOMES = ("pass", "fail", "skip", "xfail", "xpass", "error", "crashed")
+"""``xpass``: a check marked as a known failure passed (the model may have been fixed)."""
 
 
 @dataclass(frozen=True)

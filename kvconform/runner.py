@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from kvconform.cells import Cell, check_applies
 from kvconform.geometry import CacheGeometry, cache_geometry, explain
@@ -29,6 +29,8 @@ class CellRunner:
 
     outcomes: dict[str, CellOutcome] = field(default_factory=dict)
     loads: int = 0
+    #: Called with each cast model before it is probed (the benchmark hooks its timers here).
+    on_model: Callable[[Any], None] | None = None
     _model_id: str | None = None
     _master: Any = None
     _load_error: BaseException | None = None
@@ -68,6 +70,8 @@ class CellRunner:
         )
         try:
             model = master if _already_placed(master, cell) else cast_model(master, cell.dtype, cell.device)
+            if self.on_model is not None:
+                self.on_model(model)
             record = run_probe(model, plan)
             return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s)
         except Exception as exc:  # noqa: BLE001 - a crash inside a model fails its cell, not the run

@@ -83,7 +83,9 @@ def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
     scale = 0.0
     for row, length in enumerate(lengths):
         own = torch.cat([prompt[row : row + 1, width - length :], generated[row : row + 1]], dim=1)
-        reference = model(input_ids=own, use_cache=False).logits[0, length - 1 :, :]
+        # The same position convention as the padded run (RoBERTa-style models otherwise start at padding_idx + 1).
+        positions = {"position_ids": torch.arange(own.shape[1], device=device)[None]} if use_positions else {}
+        reference = model(input_ids=own, use_cache=False, **positions).logits[0, length - 1 :, :]
         scale = max(scale, float(torch.nan_to_num(reference.float()).abs().max()))
         for step, cached in enumerate(logits):
             deltas[step][row] = _row_delta(cached[row : row + 1], reference[step : step + 1])[0]

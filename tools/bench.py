@@ -1,0 +1,173 @@
+#!/usr/bin/env python
+"""Benchmark kvconform's own cost: harness overhead per cell, scaling in N, loads, whole-matrix runs.
+
+    python tools/bench.py                  # overhead + scaling + loads (a few minutes on 2 cores)
+    python tools/bench.py --matrix-runs    # also the default matrix with -n auto and -n 0 (long)
+
+The last line is ``overhead=<ratio> scaling=<ratio>``: the suite's time for the real SmolLM2 float32
+cell over the time of the forward passes its checks need, and the per-step time at N=128 over N=8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from tabulate import tabulate  # noqa: E402
+
+from kvconform import checks  # noqa: E402
+from kvconform.cells import Cell  # noqa: E402
+from kvconform.matrix import load_matrix  # noqa: E402
+from kvconform.probe import ProbePlan, run_probe  # noqa: E402
+from kvconform.runner import CellRunner  # noqa: E402
+from kvconform.synthetic import build_synthetic, causal_lm_model_types, load_architecture_table, shrink_config  # noqa: E402
+
+
+class ForwardTimer:
+    """Time spent in a model's top-level forward calls and in its generate() calls."""
+
+    def __init__(self) -> None:
+        self.forward_s = 0.0
+        self.generate_s = 0.0
+        self._inside_generate = 0
+        self._started: list[float] = []
+
+    def attach(self, model: torch.nn.Module) -> None:
+        model.register_forward_pre_hook(lambda *_: self._started.append(time.perf_counter()))
+        model.register_forward_hook(self._stop)
+        generate = model.generate
+
+        def timed_generate(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            self._inside_generate += 1
+            try:
+                return generate(*args, **kwargs)
+            finally:
+                self._inside_generate -= 1
+                self.generate_s += time.perf_counter() - start
+
+        model.generate = timed_generate
+
+    def _stop(self, *_: Any) -> None:
+        elapsed = time.perf_counter() - self._started.pop()
+        if not self._inside_generate:
+            self.forward_s += elapsed
+
+    @property
+    def needed_s(self) -> float:
+        return self.forward_s + self.generate_s
+
+
+def default_matrix() -> Any:
+    return load_matrix(ROOT / "model_matrix.yaml", known_model_types=causal_lm_model_types,
+                       excluded_types=load_architecture_table()[1])
+
+
+def cell_overhead(cell: Cell, repeats: int) -> dict[str, Any]:
+    """Suite time for one cell (probe + every check, load excluded) against the forward time it needs."""
+    runner = CellRunner()
+    runner.outcome(cell)  # load and warm up once; not timed
+    best: dict[str, Any] | None = None
+    for _ in range(repeats):
+        timer = ForwardTimer()
+        runner.on_model = timer.attach
+        runner.outcomes.clear()
+        start = time.perf_counter()
+        outcome = runner.outcome(cell)
+        if outcome.error is not None:
+            raise RuntimeError(f"{cell.id}: {outcome.error}")
+        checks.run_all(outcome.record, outcome.geometry, outcome.explanation, cell.tolerance)
+        suite_s = time.perf_counter() - start
+        row = {"cell": cell.id, "suite_s": suite_s, "needed_s": timer.needed_s,
+               "overhead_ms": 1000 * (suite_s - timer.needed_s), "ratio": suite_s / timer.needed_s}
+        best = row if best is None or row["suite_s"] < best["suite_s"] else best
+    assert best is not None
+    best["loads"] = runner.loads
+    return best
+
+
+def scaling(steps: tuple[int, ...]) -> list[dict[str, Any]]:
+    """Probe time per decode step (one uncached reference) against a naive per-step reference."""
+    model = build_synthetic(shrink_config("llama", {"max_position_embeddings": 512}), seed=0)
+    rows = []
+    for n in steps:
+        plan = ProbePlan(batch_size=2, prompt_length=6, decode_steps=n, seed=0, generate=False)
+        run_probe(model, plan)
+        start = time.perf_counter()
+        run_probe(model, plan)
+        probe_s = time.perf_counter() - start
+        naive_s = naive_reference_s(model, plan)
+        rows.append({"N": n, "probe_s": probe_s, "per_step_ms": 1000 * probe_s / n,
+                     "naive_reference_s": naive_s, "naive_per_step_ms": 1000 * (probe_s + naive_s) / n})
+    return rows
+
+
+@torch.inference_mode()
+def naive_reference_s(model: torch.nn.Module, plan: ProbePlan) -> float:
+    """What one uncached pass per decode step would cost (the O(N²) design the suite avoids)."""
+    tokens = torch.randint(3, 200, (plan.batch_size, plan.prompt_length + plan.decode_steps))
+    start = time.perf_counter()
+    for end in range(plan.prompt_length, tokens.shape[1] + 1):
+        model(input_ids=tokens[:, :end], use_cache=False)
+    return time.perf_counter() - start
+
+
+def matrix_run(workers: str, report_dir: Path) -> dict[str, Any]:
+    """Wall time and peak RSS of the default matrix (pytest suites -n WORKERS)."""
+    command = [sys.executable, "-m", "pytest", "suites", "-q", "-n", workers, "--report-dir", str(report_dir)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    peak_kib = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-200:]
+    return {"workers": workers, "wall_s": wall, "peak_rss_mib": peak_kib / 1024, "result": summary}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="Timed repeats per cell (best is kept)")
+    parser.add_argument("--matrix-runs", action="store_true", help="Also time the default matrix with -n auto and -n 0")
+    parser.add_argument("--json", type=Path, help="Also write the figures to this JSON file")
+    args = parser.parse_args()
+
+    matrix = default_matrix()
+    smollm2 = next(m for m in matrix.models if m.id == "smollm2-135m")
+    tiny = next(m for m in matrix.models if m.id == "llama")
+    figures: dict[str, Any] = {}
+    figures["overhead"] = [
+        cell_overhead(Cell(smollm2, "float32", "cpu", "dynamic"), args.repeats),
+        *(cell_overhead(Cell(tiny, dtype, "cpu", "dynamic"), args.repeats) for dtype in ("float32", "bfloat16")),
+    ]
+    print(tabulate([{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()} for row in figures["overhead"]],
+                   headers="keys", tablefmt="github"))
+    figures["scaling"] = scaling((8, 32, 128))
+    print()
+    print(tabulate([{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()} for row in figures["scaling"]],
+                   headers="keys", tablefmt="github"))
+    if args.matrix_runs:
+        figures["matrix"] = [matrix_run(w, Path(f"/tmp/kvconform-bench-{w}")) for w in ("auto", "0")]
+        print()
+        print(tabulate(figures["matrix"], headers="keys", tablefmt="github", floatfmt=".1f"))
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    ratio = figures["overhead"][0]["ratio"]
+    per_step = {row["N"]: row["per_step_ms"] for row in figures["scaling"]}
+    print(f"overhead={ratio:.3f} scaling={per_step[128] / per_step[8]:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    raise SystemExit(main())
