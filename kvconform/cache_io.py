@@ -19,6 +19,14 @@ def cache_keyword(model: torch.nn.Module) -> str:
     raise TypeError(f"{type(model).__name__}.forward takes neither 'cache' nor 'past_key_values'")
 
 
+def input_device(model: torch.nn.Module) -> torch.device:
+    """Where inputs go: accelerate's execution device for offloaded models, else the first real parameter's."""
+    device = getattr(getattr(model, "_hf_hook", None), "execution_device", None)
+    if device is not None:
+        return torch.device(device)
+    return next((p.device for p in model.parameters() if p.device.type != "meta"), torch.device("cpu"))
+
+
 def returned_cache(output: Any, passed: Any = None) -> Any:
     """The cache object a forward returned, under either name; models that update in place return none."""
     cache = getattr(output, "cache", None)

@@ -212,7 +212,7 @@ def _names(value: Any, allowed: tuple[str, ...], label: str, field_name: str) ->
     for item in items:
         if item not in allowed:
             raise MatrixError(unknown_message(f"{label}: field {field_name!r} has unknown value", str(item), allowed))
-    return tuple(items)
+    return tuple(dict.fromkeys(items))
 
 
 def _positive_int(value: Any, label: str, field_name: str, minimum: int = 1) -> int:
@@ -307,11 +307,14 @@ def _parse_model(entry: Mapping[str, Any], defaults: Settings, label: str, known
         raise MatrixError(f"{label}: field 'config' only applies to synthetic models")
     if "revision" in entry and source != "hub":
         raise MatrixError(f"{label}: field 'revision' only applies to hub models")
+    settings = _parse_settings({k: entry[k] for k in SETTING_KEYS if k in entry}, defaults, label)
+    if "device_map" in entry and settings.dtypes != ("float32",):
+        raise MatrixError(f"{label}: a device_map entry is probed in the dtype it is loaded in; set 'dtypes: [float32]'")
     return ModelSpec(
         id=model_id,
         source=source,
         location=location,
-        settings=_parse_settings({k: entry[k] for k in SETTING_KEYS if k in entry}, defaults, label),
+        settings=settings,
         config=dict(_expect(entry.get("config", {}), dict, label, "config")),
         revision=_expect(entry["revision"], str, label, "revision") if "revision" in entry else None,
         trust_remote_code=_expect(entry.get("trust_remote_code", False), bool, label, "trust_remote_code"),

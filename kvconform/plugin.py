@@ -106,7 +106,7 @@ def _narrow(spec: ModelSpec, config: pytest.Config) -> ModelSpec:
     for option, name in (("kvconform_dtypes", "dtypes"), ("kvconform_devices", "devices"), ("kvconform_caches", "caches")):
         wanted = config.getoption(option)
         if wanted:
-            settings = replace(settings, **{name: tuple(wanted)})
+            settings = replace(settings, **{name: tuple(dict.fromkeys(wanted))})
     return replace(spec, settings=settings)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import cache_keyword, cache_layers, make_prompt, new_cache, returned_cache, seq_length
+from kvconform.cache_io import cache_keyword, cache_layers, input_device, make_prompt, new_cache, returned_cache, seq_length
 from kvconform.kv_compare import Divergence, locate_divergence
 from kvconform.matrix import Tolerance
 from kvconform.variants import PathRecord, run_prefix_reuse, run_ragged
@@ -155,7 +155,7 @@ def _describe_nonfinite(cached: list[torch.Tensor], reference: torch.Tensor) -> 
 @torch.inference_mode()
 def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
     """Prefill, decode ``plan.decode_steps`` greedy steps, and compare with one uncached pass."""
-    device = next(model.parameters()).device
+    device = input_device(model)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
     keyword = cache_keyword(model)
     total = plan.prompt_length + plan.decode_steps

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import make_prompt, new_cache, returned_cache
+from kvconform.cache_io import input_device, make_prompt, new_cache, returned_cache
 
 
 @dataclass
@@ -48,7 +48,7 @@ def _row_delta(cached: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 @torch.inference_mode()
 def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
     """Left-padded prompts of lengths P, P-1, … (at least 2) decoded together with a mask."""
-    device = next(model.parameters()).device
+    device = input_device(model)
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
     batch, width = prompt.shape
     lengths = [max(2, width - row) for row in range(batch)]

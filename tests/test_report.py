@@ -165,7 +165,7 @@ def test_markdown_has_table_totals_exclusions_and_failure_section(doc: dict[str,
 
 
 def test_markdown_totals_and_fences(doc: dict[str, Any]) -> None:
-    totals = "**Totals:** 4 passed, 1 failed, 1 skipped, 0 xfailed, 0 errored, 0 crashed (3 cells)"
+    totals = "**Totals:** 4 passed, 1 failed, 1 skipped, 0 xfailed, 0 xpassed, 0 errored, 0 crashed (3 cells)"
     assert totals in render_markdown(doc)
     doc["results"][4]["message"] = "a ``` fence inside"
     doc["results"][0]["measured"] = "a|b"
