@@ -64,7 +64,10 @@ def pytest_configure(config: pytest.Config) -> None:
         matrix = resolve_matrix(config)
     except (MatrixError, ValueError) as exc:
         raise pytest.UsageError(str(exc)) from None
-    config.stash[STATE] = KvconformState(config, matrix)
+    state = KvconformState(config, matrix)
+    config.stash[STATE] = state
+    if not state.is_worker:
+        config.pluginmanager.register(ResultCollector(state), "kvconform-results")
     if hasattr(config, "workerinput"):
         _share_cores(int(config.workerinput.get("workercount", 1)))
 
@@ -249,35 +252,39 @@ def _message(report: pytest.TestReport, verdict: dict[str, Any] | None) -> str:
     return "\n".join(line.removeprefix("E ").strip() for line in lines)[:4000]
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Controller side (or the only process): turn phase reports into one result row per test."""
-    config = _config_holder.get("config")
-    if config is None or config.stash[STATE].is_worker:
-        return
-    state = config.stash[STATE]
-    parsed = _parse_nodeid(report.nodeid)
-    if parsed is None or parsed[1] not in state.cells_by_id:
-        return
-    check, cell_id = parsed
-    props = dict(report.user_properties or [])
-    if TIMING_KEY in props:
-        state.cell_timings[cell_id] = props[TIMING_KEY]
-    outcome = _outcome(report)
-    if outcome is None:
-        return
-    key = f"{cell_id}::{check}"
-    row = state.results.get(key) or _row(state.cells_by_id[cell_id], check, report.nodeid)
-    if row["outcome"] == "crashed":
-        row["message"] += f"\n(xdist re-ran it on another worker: {outcome})"
-        return
-    if outcome == "error" and row.get("outcome") in ("pass", "fail", "xfail"):
-        row["message"] += "\n(teardown error) " + _message(report, None)
-    verdict = props.get(RESULT_KEY)
-    row.update(outcome=outcome, message=_message(report, verdict))
-    if verdict is not None:
-        row.update(measured=verdict["measured"], limit=verdict["limit"], details=verdict["details"])
-    row["duration_s"] = round(row.get("duration_s", 0.0) + report.duration, 4)
-    state.results[key] = row
+class ResultCollector:
+    """Controller side (or the only process): turns phase reports into one result row per test."""
+
+    def __init__(self, state: KvconformState) -> None:
+        self.state = state
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        state = self.state
+        parsed = _parse_nodeid(report.nodeid)
+        if parsed is None or parsed[1] not in state.cells_by_id:
+            return
+        check, cell_id = parsed
+        props = dict(report.user_properties or [])
+        if TIMING_KEY in props:
+            state.cell_timings[cell_id] = props[TIMING_KEY]
+        outcome = _outcome(report)
+        if outcome is None:
+            return
+        key = f"{cell_id}::{check}"
+        row = state.results.get(key) or _row(state.cells_by_id[cell_id], check, report.nodeid)
+        if row["outcome"] == "crashed":
+            row["message"] += f"\n(xdist re-ran it on another worker: {outcome})"
+            return
+        if report.when == "teardown":
+            row.update(outcome="error", message=row["message"] + "\n(teardown error) " + _message(report, None))
+            state.results[key] = row
+            return
+        verdict = props.get(RESULT_KEY)
+        row.update(outcome=outcome, message=_message(report, verdict))
+        if verdict is not None:
+            row.update(measured=verdict["measured"], limit=verdict["limit"], details=verdict["details"])
+        row["duration_s"] = round(row.get("duration_s", 0.0) + report.duration, 4)
+        state.results[key] = row
 
 
 def _row(cell: Cell, check: str, nodeid: str) -> dict[str, Any]:
@@ -288,14 +295,6 @@ def _row(cell: Cell, check: str, nodeid: str) -> dict[str, Any]:
         "outcome": "pass", "measured": "", "limit": "", "message": "", "details": {},
         "duration_s": 0.0, "nodeid": nodeid,
     }
-
-
-_config_holder: dict[str, pytest.Config] = {}
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _config_holder["config"] = session.config
 
 
 def build_document(state: KvconformState) -> dict[str, Any]:

@@ -125,9 +125,10 @@ def run_pytest(workdir: Path, *args: str) -> Run:
             "--report-dir", str(workdir / "reports"), *args]
     out, err = io.StringIO(), io.StringIO()
     saved_modules, saved_path, saved_cwd = dict(sys.modules), list(sys.path), os.getcwd()
+    # An outer run of suites/ has imported its own top-level "test_conformance"/"conftest": hide them.
+    for name in ("conftest", "test_conformance"):
+        sys.modules.pop(name, None)
     saved_env = {name: os.environ.pop(name) for name in HIDDEN_ENV if name in os.environ}
-    # kvconform.plugin keeps the running config in a module global, shared with the outer run.
-    saved_holder = dict(kvconform.plugin._config_holder)
     os.chdir(workdir)
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -140,8 +141,6 @@ def run_pytest(workdir: Path, *args: str) -> Run:
         os.chdir(saved_cwd)
         os.environ.update(saved_env)
         sys.path[:] = saved_path
-        kvconform.plugin._config_holder.clear()
-        kvconform.plugin._config_holder.update(saved_holder)
         # The inner conftest/test modules are imported as top-level "conftest"/"test_conformance".
         for name, module in list(sys.modules.items()):
             if str(getattr(module, "__file__", None) or "").startswith(str(workdir)):
@@ -149,6 +148,9 @@ def run_pytest(workdir: Path, *args: str) -> Run:
                     sys.modules[name] = saved_modules[name]
                 else:
                     del sys.modules[name]
+        for name in ("conftest", "test_conformance"):
+            if name in saved_modules:
+                sys.modules[name] = saved_modules[name]
     return Run(workdir, ret, out.getvalue(), err.getvalue())
 
 
