@@ -234,7 +234,9 @@ def _outcome(report: pytest.TestReport) -> str | None:
     if report.when == "???" or "crashed while running" in str(report.longrepr or ""):
         return "crashed"
     if report.when == "setup":
-        return "skip" if report.skipped else ("error" if report.failed else None)
+        if report.skipped:
+            return "xfail" if hasattr(report, "wasxfail") else "skip"
+        return "error" if report.failed else None
     if report.when == "call":
         if hasattr(report, "wasxfail"):
             return "xfail" if report.skipped else "xpass"

@@ -211,7 +211,27 @@ def check_names(doc: Doc) -> list[str]:
 
 
 def cell_rows(doc: Doc) -> list[dict[str, Any]]:
-    """One row per cell: its coordinates and ``checks`` mapping check name -> result."""
+    """One row per cell that ran: its coordinates and ``checks`` mapping check name -> result.
+
+    Cells whose every check was skipped (e.g. an absent device) are summarized by ``skipped_cells``.
+    """
+    return [row for row in _all_cell_rows(doc) if not _all_skipped(row)]
+
+
+def _all_skipped(row: dict[str, Any]) -> bool:
+    return all(r.get("outcome") == "skip" for r in row["checks"].values())
+
+
+def skipped_cells(doc: Doc) -> list[tuple[str, int]]:
+    """``(reason, number of cells)`` for cells whose every check was skipped, most common first."""
+    reasons = Counter(
+        next(iter(row["checks"].values())).get("message", "") or "(no reason)"
+        for row in _all_cell_rows(doc) if _all_skipped(row)
+    )
+    return sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _all_cell_rows(doc: Doc) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for result in sorted_results(doc):
         row = rows.setdefault(result["cell_id"], {
@@ -234,7 +254,7 @@ def outcome_counts(doc: Doc) -> dict[str, int]:
 def totals_line(doc: Doc) -> str:
     """E.g. ``"12 passed, 1 failed, 2 skipped, 0 xfailed, 0 errored, 0 crashed (5 cells)"``."""
     parts = [f"{n} {TOTAL_WORDS.get(o, o)}" for o, n in outcome_counts(doc).items()]
-    return f"{', '.join(parts)} ({len(cell_rows(doc))} cells)"
+    return f"{', '.join(parts)} ({len(_all_cell_rows(doc))} cells)"
 
 
 def failures(doc: Doc) -> list[dict[str, Any]]:
@@ -283,6 +303,11 @@ def summary_table_markdown(doc: Doc) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
+def skipped_cells_markdown(doc: Doc) -> list[str]:
+    """Lines for cells left out of the summary table because every check was skipped."""
+    return [f"_{count} cells not run: {md_cell(reason)}_" for reason, count in skipped_cells(doc)]
+
+
 def _environment_markdown(doc: Doc) -> str:
     return "\n".join(f"- **{key}**: {md_cell(value)}" for key, value in environment_items(doc))
 
@@ -314,6 +339,7 @@ def render_markdown(doc: Doc) -> str:
         "## Summary",
         f"**Totals:** {totals_line(doc)}",
         summary_table_markdown(doc),
+        *skipped_cells_markdown(doc),
         "## Excluded architectures",
         _excluded_markdown(doc),
     ]

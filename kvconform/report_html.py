@@ -15,6 +15,7 @@ from kvconform.report import (
     TOTAL_WORDS,
     Doc,
     cell_rows,
+    skipped_cells,
     check_names,
     environment_items,
     failures,
@@ -96,9 +97,10 @@ def _summary_table(doc: Doc) -> str:
     for row in cell_rows(doc):
         coords = "".join(f"<td>{escape(row[k])}</td>" for k in ("model", "dtype", "device", "cache"))
         rows.append(f"<tr>{coords}{''.join(_check_cell(row['checks'].get(c)) for c in checks)}</tr>")
+    notes = "".join(f"<p><em>{count} cells not run: {escape(reason)}</em></p>" for reason, count in skipped_cells(doc))
     if not rows:
-        return "<p><em>No results.</em></p>"
-    return _table(["model", "dtype", "device", "cache", *checks], rows, "summary")
+        return notes or "<p><em>No results.</em></p>"
+    return _table(["model", "dtype", "device", "cache", *checks], rows, "summary") + notes
 
 
 def _totals(doc: Doc) -> str:

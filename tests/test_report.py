@@ -286,3 +286,13 @@ def test_github_summary_is_truncated_below_one_mib(tmp_path, monkeypatch) -> Non
     assert "truncated to stay within GitHub's 1 MiB" in text
     body = text.split("**Note:**")[0]
     assert len(re.findall(r"^```", body, re.M)) % 2 == 0  # no code block left open
+
+
+def test_cells_that_never_ran_are_summarized_not_tabled() -> None:
+    ran = make_result("m", "float32", "parity")
+    absent = make_result("m", "float32", "parity", outcome="skip", device="cuda",
+                         cell_id="m[float32-cuda-dynamic]", message="cuda: no CUDA device on this machine")
+    markdown = render_markdown(make_doc([ran, absent]))
+    assert "_1 cells not run: cuda: no CUDA device on this machine_" in markdown
+    assert "| cuda " not in markdown and "| cpu " in markdown
+    assert "(2 cells)" in markdown

@@ -5,7 +5,8 @@
     python tools/bench.py --matrix-runs    # also the default matrix with -n auto and -n 0 (long)
 
 The last line is ``overhead=<ratio> scaling=<ratio>``: the suite's time for the real SmolLM2 float32
-cell over the time of the forward passes its checks need, and the per-step time at N=128 over N=8.
+cell over the time of the forward passes its checks need, and the per-step probe time at N=128 over
+N=8 (SmolLM2, float32; the naive one-uncached-pass-per-step reference is timed beside it).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -31,7 +31,8 @@ from kvconform.cells import Cell  # noqa: E402
 from kvconform.matrix import load_matrix  # noqa: E402
 from kvconform.probe import ProbePlan, run_probe  # noqa: E402
 from kvconform.runner import CellRunner  # noqa: E402
-from kvconform.synthetic import build_synthetic, causal_lm_model_types, load_architecture_table, shrink_config  # noqa: E402
+from kvconform.models import load_master  # noqa: E402
+from kvconform.synthetic import causal_lm_model_types, load_architecture_table  # noqa: E402
 
 
 class ForwardTimer:
@@ -97,9 +98,8 @@ def cell_overhead(cell: Cell, repeats: int) -> dict[str, Any]:
     return best
 
 
-def scaling(steps: tuple[int, ...]) -> list[dict[str, Any]]:
+def scaling(model: torch.nn.Module, steps: tuple[int, ...]) -> list[dict[str, Any]]:
     """Probe time per decode step (one uncached reference) against a naive per-step reference."""
-    model = build_synthetic(shrink_config("llama", {"max_position_embeddings": 512}), seed=0)
     rows = []
     for n in steps:
         plan = ProbePlan(batch_size=2, prompt_length=6, decode_steps=n, seed=0, generate=False)
@@ -116,23 +116,31 @@ def scaling(steps: tuple[int, ...]) -> list[dict[str, Any]]:
 @torch.inference_mode()
 def naive_reference_s(model: torch.nn.Module, plan: ProbePlan) -> float:
     """What one uncached pass per decode step would cost (the O(N²) design the suite avoids)."""
-    tokens = torch.randint(3, 200, (plan.batch_size, plan.prompt_length + plan.decode_steps))
+    tokens = torch.randint(3, 200, (plan.batch_size, plan.prompt_length + plan.decode_steps), device=model.device)
     start = time.perf_counter()
     for end in range(plan.prompt_length, tokens.shape[1] + 1):
         model(input_ids=tokens[:, :end], use_cache=False)
     return time.perf_counter() - start
 
 
+#: Runs a command and prints the largest peak RSS among its processes (its own rusage accounting).
+_PEAK_WRAPPER = (
+    "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
+    "print('peak_rss_kib', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(done.returncode)"
+)
+
+
 def matrix_run(workers: str, report_dir: Path) -> dict[str, Any]:
-    """Wall time and peak RSS of the default matrix (pytest suites -n WORKERS)."""
-    command = [sys.executable, "-m", "pytest", "suites", "-q", "-n", workers, "--report-dir", str(report_dir)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """Wall time and the largest process's peak RSS for the default matrix (pytest suites -n WORKERS)."""
+    command = [sys.executable, "-c", _PEAK_WRAPPER, sys.executable, "-m", "pytest", "suites", "-q", "-n", workers,
+               "--report-dir", str(report_dir)]
     start = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - start
-    peak_kib = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-    summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-200:]
-    return {"workers": workers, "wall_s": wall, "peak_rss_mib": peak_kib / 1024, "result": summary}
+    lines = done.stdout.strip().splitlines()
+    peak_kib = int(lines[-1].split()[-1]) if lines and lines[-1].startswith("peak_rss_kib") else 0
+    summary = lines[-2] if len(lines) > 1 else done.stderr[-200:]
+    return {"workers": workers, "wall_s": wall, "largest_process_peak_rss_mib": peak_kib / 1024, "result": summary}
 
 
 def main() -> int:
@@ -152,7 +160,7 @@ def main() -> int:
     ]
     print(tabulate([{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()} for row in figures["overhead"]],
                    headers="keys", tablefmt="github"))
-    figures["scaling"] = scaling((8, 32, 128))
+    figures["scaling"] = scaling(load_master(smollm2), (8, 32, 128))
     print()
     print(tabulate([{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()} for row in figures["scaling"]],
                    headers="keys", tablefmt="github"))
