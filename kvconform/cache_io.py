@@ -9,14 +9,17 @@ from typing import Any
 import torch
 
 
+#: Cache keywords, newest first: ``cache`` (5.24+), ``past_key_values``, ``cache_params`` (SSMs before 5.24).
+CACHE_KEYWORDS = ("cache", "past_key_values", "cache_params")
+
+
 def cache_keyword(model: torch.nn.Module) -> str:
     """The forward keyword the installed transformers expects for the cache (``cache`` in 5.24+)."""
     params = inspect.signature(model.forward).parameters
-    if "cache" in params:
-        return "cache"
-    if "past_key_values" in params:
-        return "past_key_values"
-    raise TypeError(f"{type(model).__name__}.forward takes neither 'cache' nor 'past_key_values'")
+    for keyword in CACHE_KEYWORDS:
+        if keyword in params:
+            return keyword
+    raise TypeError(f"{type(model).__name__}.forward takes none of {', '.join(CACHE_KEYWORDS)}")
 
 
 def input_device(model: torch.nn.Module) -> torch.device:
@@ -29,9 +32,11 @@ def input_device(model: torch.nn.Module) -> torch.device:
 
 def returned_cache(output: Any, passed: Any = None) -> Any:
     """The cache object a forward returned, under either name; models that update in place return none."""
-    cache = getattr(output, "cache", None)
-    cache = cache if cache is not None else getattr(output, "past_key_values", None)
-    return cache if cache is not None else passed
+    for keyword in CACHE_KEYWORDS:
+        cache = getattr(output, keyword, None)
+        if cache is not None:
+            return cache
+    return passed
 
 
 def make_prompt(batch_size: int, prompt_length: int, seed: int, vocab_size: int, device: torch.device) -> torch.Tensor:

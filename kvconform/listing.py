@@ -21,4 +21,7 @@ def render_listing(matrix: Matrix) -> str:
         excluded = sorted(matrix.excluded.items())
         parts += ["", f"{len(excluded)} architectures excluded:",
                   tabulate(excluded, headers=("model_type", "reason"), tablefmt="github")]
+    if matrix.unmatched:
+        parts += ["", "sweep exclude/xfail entries naming no model_type of this transformers release "
+                  "(another release, or a typo): " + ", ".join(matrix.unmatched)]
     return "\n".join(parts)

@@ -339,5 +339,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         write(f"{len(state.matrix.excluded)} architectures excluded (not testable here):")
         for model_type, reason in sorted(state.matrix.excluded.items()):
             write(f"  {model_type}: {reason}")
+    if state.matrix.unmatched:
+        write("sweep exclude/xfail entries naming no model_type of this transformers release: " + ", ".join(state.matrix.unmatched))
     for path in getattr(state, "written", []):
         write(f"report: {path}")
