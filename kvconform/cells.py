@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvconform.matrix import Matrix, ModelSpec, Tolerance
 
@@ -49,8 +49,6 @@ def expand_cells(matrix: Matrix) -> list[Cell]:
 
 def shard(matrix: Matrix, index: int, count: int) -> Matrix:
     """The ``index``-th of ``count`` deterministic shards, split by model (1-based index)."""
-    from dataclasses import replace
-
     if not 1 <= index <= count:
         raise ValueError(f"--shard {index}/{count}: the index must be between 1 and {count}")
     return replace(matrix, models=tuple(m for n, m in enumerate(matrix.models) if n % count == index - 1))

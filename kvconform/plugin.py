@@ -8,6 +8,7 @@ when a worker crashes, and writes the reports once at session end (also after Ct
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ class KvconformState:
         self.results: dict[str, dict[str, Any]] = {}
         self.cell_timings: dict[str, dict[str, Any]] = {}
         self.runner: Any = None
+        self.written: list[Path] = []
 
     @property
     def is_worker(self) -> bool:
@@ -83,8 +85,6 @@ def _share_cores(workers: int) -> None:
 
 def resolve_matrix(config: pytest.Config) -> Matrix:
     """The matrix file, narrowed by --model/--dtype/--device/--cache/--shard."""
-    from dataclasses import replace
-
     from kvconform.cli_models import specs_from_cli
     from kvconform.synthetic import causal_lm_model_types, load_architecture_table
 
@@ -103,8 +103,6 @@ def resolve_matrix(config: pytest.Config) -> Matrix:
 
 
 def _narrow(spec: ModelSpec, config: pytest.Config) -> ModelSpec:
-    from dataclasses import replace
-
     settings = spec.settings
     for option, name in (("kvconform_dtypes", "dtypes"), ("kvconform_devices", "devices"), ("kvconform_caches", "caches")):
         wanted = config.getoption(option)
@@ -149,7 +147,6 @@ def _check_of(item: pytest.Item) -> str:
     return mark.args[0] if mark else item.originalname.removeprefix("test_")
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run each cell's checks together, in matrix order, and apply skip/xfail marks."""
     state = config.stash[STATE]
@@ -341,5 +338,5 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             write(f"  {model_type}: {reason}")
     if state.matrix.unmatched:
         write("sweep exclude/xfail entries naming no model_type of this transformers release: " + ", ".join(state.matrix.unmatched))
-    for path in getattr(state, "written", []):
+    for path in state.written:
         write(f"report: {path}")
