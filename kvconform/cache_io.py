@@ -82,3 +82,43 @@ def seq_length(cache: Any) -> int | None:
         return int(cache.get_seq_length())
     except (AttributeError, ValueError, TypeError, NotImplementedError):
         return None
+
+
+@dataclass
+class LayerState:
+    """One cache layer after a step: K/V shapes and bytes, or the states it keeps instead."""
+
+    index: int
+    layer_class: str
+    keys_shape: tuple[int, ...] | None
+    values_shape: tuple[int, ...] | None
+    dtype: str | None
+    kv_bytes: int
+    state_shapes: tuple[tuple[int, ...], ...] = ()
+
+
+def snapshot_layers(cache: Any) -> list[LayerState]:
+    """Shapes, dtype and tensor bytes of every layer's K/V (or its non-K/V states)."""
+    states = []
+    for index, layer in enumerate(cache_layers(cache)):
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        has_kv = isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 3
+        kv_bytes = keys.numel() * keys.element_size() + values.numel() * values.element_size() if has_kv else 0
+        other = [
+            tuple(t.shape)
+            for name in ("conv_states", "recurrent_states")
+            for t in (getattr(layer, name, None) or {}).values()
+            if isinstance(t, torch.Tensor)
+        ]
+        states.append(
+            LayerState(
+                index=index,
+                layer_class=type(layer).__name__,
+                keys_shape=tuple(keys.shape) if has_kv else None,
+                values_shape=tuple(values.shape) if has_kv else None,
+                dtype=str(keys.dtype).removeprefix("torch.") if has_kv else None,
+                kv_bytes=kv_bytes,
+                state_shapes=tuple(other),
+            )
+        )
+    return states

@@ -221,23 +221,38 @@ def generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
     return CheckResult("generate", False, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" > parity limit {limit:.3g}", details)
 
 
-def path_parity(record: ProbeRecord, name: str, tolerance: Tolerance) -> CheckResult:
-    """An extra cache path (ragged batch, prefix reuse) within the parity limit at every step."""
+def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: CacheGeometry) -> CheckResult:
+    """An extra cache path (ragged batch, prefix reuse): parity at every step, growth by one, shapes at the end."""
     path = record.paths.get(name)
     if path is None:
         return CheckResult(name, True, "not run", "", f"{name} is not enabled for this cell")
+    if path.error is not None:
+        return CheckResult(name, False, "error", "", f"the {name} path raised {path.error}")
     limit = tolerance.limit(path.logit_scale)
     worst = path.step_max_abs_delta[path.worst_step]
-    details = {"step_max_abs_delta": path.step_max_abs_delta, "tolerance": limit, "logit_scale": path.logit_scale}
+    details = {"step_max_abs_delta": path.step_max_abs_delta, "tolerance": limit, "logit_scale": path.logit_scale,
+               "seq_length_trace": path.seq_lengths}
+    problems = []
     over = [k for k, d in enumerate(path.step_max_abs_delta) if d > limit]
-    if not over:
-        return CheckResult(name, True, f"{worst:.2e}", f"{limit:.2e}", f"{path.description}: max |Δlogit| {worst:.2e} ≤ {limit:.2e}", details)
-    message = (
-        f"{path.description}: cached logits leave the uncached reference from decode step {over[0]} "
-        f"(worst |Δ| {worst:.3g} at step {path.worst_step}, batch row {path.worst_row}) > limit {limit:.3g}; "
-        "per-step max |Δ|: " + ", ".join(f"{d:.2e}" for d in path.step_max_abs_delta)
-    )
-    return CheckResult(name, False, f"{worst:.2e}", f"{limit:.2e}", message, details)
+    if over:
+        problems.append(
+            f"cached logits leave the uncached reference from decode step {over[0]} (worst |Δ| {worst:.3g} at step "
+            f"{path.worst_step}, batch row {path.worst_row}) > limit {limit:.3g}; per-step max |Δ|: "
+            + ", ".join(f"{d:.2e}" for d in path.step_max_abs_delta)
+        )
+    expected = [path.first_length + k for k in range(len(path.seq_lengths))]
+    if any(length is not None for length in path.seq_lengths) and path.seq_lengths != expected:
+        problems.append(f"get_seq_length() trace {path.seq_lengths}, expected {expected}")
+    seen = expected[-1]
+    for layer, state in zip(geometry.layers, path.final_layers):
+        problem = _layer_shape_problem(layer, state, record.plan.batch_size, seen, record)
+        if problem:
+            problems.append(f"after the last step, layer {layer.index} ({layer.reason}): {problem}")
+            break
+    if not problems:
+        message = f"{path.description}: max |Δlogit| {worst:.2e} ≤ {limit:.2e}; cache grew by one per step; shapes match"
+        return CheckResult(name, True, f"{worst:.2e}", f"{limit:.2e}", message, details)
+    return CheckResult(name, False, f"{worst:.2e}", f"{limit:.2e}", f"{path.description}: " + "; ".join(problems), details)
 
 
 def run_all(record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> dict[str, CheckResult]:
@@ -245,6 +260,6 @@ def run_all(record: ProbeRecord, geometry: CacheGeometry, explanation: str, tole
     results = (
         parity(record, tolerance), growth(record, geometry), shapes(record, geometry, explanation),
         cache_bytes(record, geometry), generate(record, tolerance),
-        *(path_parity(record, name, tolerance) for name in record.paths),
+        *(path_check(record, name, tolerance, geometry) for name in record.paths),
     )
     return {result.name: result for result in results}

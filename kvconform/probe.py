@@ -14,10 +14,12 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import cache_keyword, cache_layers, input_device, make_prompt, new_cache, returned_cache, seq_length
+from kvconform.cache_io import (
+    LayerState, cache_keyword, cache_layers, input_device, make_prompt, new_cache, returned_cache, seq_length, snapshot_layers,
+)
 from kvconform.kv_compare import Divergence, locate_divergence
 from kvconform.matrix import Tolerance
-from kvconform.variants import PathRecord, run_prefix_reuse, run_ragged
+from kvconform.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
 
 
 @dataclass(frozen=True)
@@ -37,19 +39,6 @@ class ProbePlan:
     prefix_reuse: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
-
-
-@dataclass
-class LayerState:
-    """One cache layer after a step: K/V shapes and bytes, or the states it keeps instead."""
-
-    index: int
-    layer_class: str
-    keys_shape: tuple[int, ...] | None
-    values_shape: tuple[int, ...] | None
-    dtype: str | None
-    kv_bytes: int
-    state_shapes: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass
@@ -101,33 +90,6 @@ class ProbeRecord:
     @property
     def max_abs_delta(self) -> float:
         return max(step.max_abs_delta for step in self.steps)
-
-
-def snapshot_layers(cache: Any) -> list[LayerState]:
-    """Shapes, dtype and tensor bytes of every layer's K/V (or its non-K/V states)."""
-    states = []
-    for index, layer in enumerate(cache_layers(cache)):
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        has_kv = isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 3
-        kv_bytes = keys.numel() * keys.element_size() + values.numel() * values.element_size() if has_kv else 0
-        other = [
-            tuple(t.shape)
-            for name in ("conv_states", "recurrent_states")
-            for t in (getattr(layer, name, None) or {}).values()
-            if isinstance(t, torch.Tensor)
-        ]
-        states.append(
-            LayerState(
-                index=index,
-                layer_class=type(layer).__name__,
-                keys_shape=tuple(keys.shape) if has_kv else None,
-                values_shape=tuple(values.shape) if has_kv else None,
-                dtype=str(keys.dtype).removeprefix("torch.") if has_kv else None,
-                kv_bytes=kv_bytes,
-                state_shapes=tuple(other),
-            )
-        )
-    return states
 
 
 def _compare(cached: torch.Tensor, reference: torch.Tensor) -> tuple[float, int, int]:
@@ -209,14 +171,16 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
         timings["locate_s"] = time.perf_counter() - start
 
     paths = {}
-    if plan.prefix_reuse:
-        start = time.perf_counter()
-        paths["prefix_reuse"] = run_prefix_reuse(model, plan, keyword, reference, full)
-        timings["prefix_reuse_s"] = time.perf_counter() - start
-    if plan.ragged:
-        start = time.perf_counter()
-        paths["ragged"] = run_ragged(model, plan, keyword)
-        timings["ragged_s"] = time.perf_counter() - start
+    runs = {"prefix_reuse": lambda: run_prefix_reuse(model, plan, keyword, reference, full),
+            "ragged": lambda: run_ragged(model, plan, keyword)}
+    for name, run in runs.items():
+        if getattr(plan, name):
+            start = time.perf_counter()
+            try:
+                paths[name] = run()
+            except Exception as exc:  # noqa: BLE001 - a crash in one path fails that path's check only
+                paths[name] = failed_path(name, exc)
+            timings[f"{name}_s"] = time.perf_counter() - start
 
     generate = None
     if plan.generate:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import input_device, make_prompt, new_cache, returned_cache
+from kvconform.cache_io import LayerState, input_device, make_prompt, new_cache, returned_cache, seq_length, snapshot_layers
 
 
 @dataclass
@@ -28,17 +28,32 @@ class PathRecord:
     worst_row: int
     logit_scale: float
     description: str
+    seq_lengths: list[int | None]
+    """``get_seq_length()`` after the prefill (or extend) and after each decode step."""
+    first_length: int
+    """What ``get_seq_length()`` must be after the prefill (or extend); +1 per step after that."""
+    final_layers: list[LayerState]
+    """Every cache layer after the last step, for the shape rules."""
+    error: str | None = None
+    """Set when the path itself raised (the main decode's checks still stand)."""
+
+
+def failed_path(name: str, error: BaseException) -> PathRecord:
+    """The record of a path that raised."""
+    return PathRecord(name, [], 0, 0, 0.0, name, [], 0, [], error=f"{type(error).__name__}: {error}"[:500])
 
 
 def _accepts(model: torch.nn.Module, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
-def _summarize(name: str, deltas: list[torch.Tensor], scale: float, description: str) -> PathRecord:
+def _summarize(name: str, deltas: list[torch.Tensor], scale: float, description: str,
+               lengths: list[int | None], first_length: int, cache: Any) -> PathRecord:
     """``deltas[k]`` is a [B] tensor of per-row max |Δ| at step k."""
     per_step = [float(d.max()) for d in deltas]
     worst_step = max(range(len(per_step)), key=per_step.__getitem__)
-    return PathRecord(name, per_step, worst_step, int(deltas[worst_step].argmax()), scale, description)
+    return PathRecord(name, per_step, worst_step, int(deltas[worst_step].argmax()), scale, description,
+                      lengths, first_length, snapshot_layers(cache))
 
 
 def _row_delta(cached: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
@@ -70,6 +85,7 @@ def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
     cache = new_cache(model, plan.cache, width + plan.decode_steps)
     output = forward(padded, mask, cache)
     cache, logits, tokens = returned_cache(output, cache), [output.logits[:, -1, :]], []
+    cache_lengths = [seq_length(cache)]
     for _ in range(plan.decode_steps):
         token = logits[-1].argmax(-1, keepdim=True)
         tokens.append(token)
@@ -77,6 +93,7 @@ def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
         output = forward(token, mask, cache)
         cache = returned_cache(output, cache)
         logits.append(output.logits[:, -1, :])
+        cache_lengths.append(seq_length(cache))
 
     generated = torch.cat(tokens, dim=1) if tokens else prompt[:, :0]
     deltas = [torch.zeros(batch, device=device) for _ in logits]
@@ -89,7 +106,8 @@ def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
         scale = max(scale, float(torch.nan_to_num(reference.float()).abs().max()))
         for step, cached in enumerate(logits):
             deltas[step][row] = _row_delta(cached[row : row + 1], reference[step : step + 1])[0]
-    return _summarize("ragged", deltas, scale, f"left-padded rows of lengths {lengths} with an attention mask")
+    description = f"left-padded rows of lengths {lengths} with an attention mask"
+    return _summarize("ragged", deltas, scale, description, cache_lengths, width, cache)
 
 
 @torch.inference_mode()
@@ -107,14 +125,14 @@ def run_prefix_reuse(model: torch.nn.Module, plan: Any, keyword: str, reference:
     output = model(input_ids=sequence[:, prefix:prompt_length], use_cache=True, **{keyword: reused})
     logits = [output.logits[:, -1, :]]
     reused = returned_cache(output, reused)
+    lengths = [seq_length(reused)]
     for position in range(prompt_length, sequence.shape[1]):
         output = model(input_ids=sequence[:, position : position + 1], use_cache=True, **{keyword: reused})
         reused = returned_cache(output, reused)
         logits.append(output.logits[:, -1, :])
+        lengths.append(seq_length(reused))
     expected = reference[:, prompt_length - 1 :, :]
     deltas = [_row_delta(cached, expected[:, step, :]) for step, cached in enumerate(logits)]
     scale = float(torch.nan_to_num(expected.float()).abs().max())
-    return _summarize(
-        "prefix_reuse", deltas, scale,
-        f"a copied {prefix}-token prefix cache extended by {prompt_length - prefix} tokens at once, then decoded",
-    )
+    description = f"a copied {prefix}-token prefix cache extended by {prompt_length - prefix} tokens at once, then decoded"
+    return _summarize("prefix_reuse", deltas, scale, description, lengths, prompt_length, reused)

@@ -35,11 +35,11 @@ def test_generate(cell, outcome, verdict):
 
 @pytest.mark.kvconform_check("ragged")
 def test_ragged(cell, outcome, verdict):
-    """A left-padded ragged batch: every row matches its own unpadded uncached pass."""
-    verdict(checks.path_parity(outcome.record, "ragged", cell.tolerance))
+    """A left-padded ragged batch: every row matches its own unpadded uncached pass; growth and shapes hold."""
+    verdict(checks.path_check(outcome.record, "ragged", cell.tolerance, outcome.geometry))
 
 
 @pytest.mark.kvconform_check("prefix_reuse")
 def test_prefix_reuse(cell, outcome, verdict):
-    """Continuing a copied prefilled prefix cache equals a fresh run."""
-    verdict(checks.path_parity(outcome.record, "prefix_reuse", cell.tolerance))
+    """Continuing a copied prefilled prefix cache equals a fresh run; growth and shapes hold."""
+    verdict(checks.path_check(outcome.record, "prefix_reuse", cell.tolerance, outcome.geometry))

@@ -113,3 +113,18 @@ def test_real_checkpoint_passes_healthy_and_fails_with_a_stale_column(smollm2, d
     peak = max(faulty.details["step_max_abs_delta"])
     assert peak > 3 * faulty.details["tolerance"], f"faulty Δ {peak} is not clearly above the limit"
     assert "layer 0, position 6 (keys): stale" in faulty.message
+
+
+@pytest.mark.parametrize("path", ["ragged", "prefix_reuse"])
+def test_extra_paths_check_growth_and_shapes_too(llama, path):
+    with planted("position_drift"):
+        drifted = probe_and_check(llama, paths=True)[path]
+    assert not drifted.passed and "get_seq_length() trace" in drifted.message
+    with planted("grows_by_two"):
+        grown = probe_and_check(llama, paths=True)
+    assert not grown[path].passed
+    assert not grown["growth"].passed, "a path that crashes must not take the main decode's checks down"
+    with planted("expanded_heads"):
+        expanded = probe_and_check(llama, paths=True)[path]
+    assert not expanded.passed
+    assert "expanded to the query-head count" in expanded.message and "leave the uncached reference" not in expanded.message
