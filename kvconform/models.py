@@ -187,10 +187,14 @@ def _dequantize_gguf(path: Path, target: Path) -> None:
         raise RuntimeError(f"GGUF {path.name}: state dict mismatch (missing {missing[:3]}, unexpected {unexpected[:3]})")
     staging = target.with_name(target.name + f".tmp{os.getpid()}")
     dense.save_pretrained(staging, safe_serialization=True)
-    if target.exists():  # another process (or an unfinished earlier run) got there first
-        shutil.rmtree(target if not _is_prepared(target) else staging, ignore_errors=True)
-    if not target.exists():
+    if target.exists() and not _is_prepared(target):  # an unfinished earlier run
+        shutil.rmtree(target, ignore_errors=True)
+    try:
         staging.rename(target)
+    except OSError:  # another worker finished first: keep its folder
+        shutil.rmtree(staging, ignore_errors=True)
+        if not _is_prepared(target):
+            raise
 
 
 def _load_hub(spec: ModelSpec) -> torch.nn.Module:
