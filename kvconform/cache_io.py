@@ -9,6 +9,9 @@ from typing import Any
 import torch
 
 
+#: The ``QuantizedCache`` backend that needs no extra package (float8 values with a per-tensor scale).
+QUANTIZED_BACKEND = "fp8"
+
 #: Cache keywords, newest first: ``cache`` (5.24+), ``past_key_values``, ``cache_params`` (SSMs before 5.24).
 CACHE_KEYWORDS = ("cache", "past_key_values", "cache_params")
 
@@ -55,6 +58,10 @@ def new_cache(model: torch.nn.Module, kind: str, max_len: int) -> Any:
         from transformers import StaticCache
 
         return StaticCache(config=model.config, max_cache_len=max_len)
+    if kind == "quantized":
+        from transformers import QuantizedCache
+
+        return QuantizedCache(backend=QUANTIZED_BACKEND, config=model.config)
     raise ValueError(f"unknown cache kind {kind!r}")
 
 
@@ -95,12 +102,22 @@ class LayerState:
     dtype: str | None
     kv_bytes: int
     state_shapes: tuple[tuple[int, ...], ...] = ()
+    scale_bytes: int = 0
+    """Quantized layers: bytes of the quantization scales (included in ``kv_bytes``)."""
+    residual_bytes: int = 0
+    """Quantized layers: bytes of the full-precision part kept beside the quantized one (included in ``kv_bytes``)."""
 
 
 def snapshot_layers(cache: Any) -> list[LayerState]:
     """Shapes, dtype and tensor bytes of every layer's K/V (or its non-K/V states)."""
+    from kvconform.quantized import quantized_state
+
     states = []
     for index, layer in enumerate(cache_layers(cache)):
+        quantized = quantized_state(index, layer)
+        if quantized is not None:
+            states.append(quantized)
+            continue
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         has_kv = isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 3
         kv_bytes = keys.numel() * keys.element_size() + values.numel() * values.element_size() if has_kv else 0

@@ -1,10 +1,14 @@
-"""Cells: one model × dtype × device × cache implementation, with ids a person can type into ``-k``."""
+"""Cells: one model × dtype × device × cache × attention implementation, with ids a person can type into ``-k``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
-from kvconform.matrix import Matrix, ModelSpec, Tolerance
+from kvconform.matrix import QUANTIZED, Matrix, ModelSpec, Tolerance
+
+#: The attention implementation whose cells keep the short id (``llama[float32-cpu-static]``).
+DEFAULT_ATTENTION = "sdpa"
 
 
 @dataclass(frozen=True)
@@ -15,36 +19,72 @@ class Cell:
     dtype: str
     device: str
     cache: str
+    attn: str = DEFAULT_ATTENTION
+    model_attn: str = DEFAULT_ATTENTION
+    """The attention implementation the model runs by default (eager where it has no sdpa)."""
 
     @property
     def id(self) -> str:
-        return f"{self.spec.id}[{self.dtype}-{self.device}-{self.cache}]"
+        suffix = "" if self.attn == DEFAULT_ATTENTION else f"-{self.attn}"
+        return f"{self.spec.id}[{self.dtype}-{self.device}-{self.cache}{suffix}]"
 
     @property
     def tolerance(self) -> Tolerance:
-        return self.spec.settings.tolerances[self.dtype]
+        own = self.spec.settings.tolerances[self.dtype]
+        if self.cache != QUANTIZED:
+            return own
+        quantized = self.spec.settings.tolerances[QUANTIZED]
+        return Tolerance(max(own.atol, quantized.atol), max(own.rtol, quantized.rtol))
+
+    @property
+    def is_variant(self) -> bool:
+        """Any cell but the model's default path (dynamic cache, sdpa attention)."""
+        return self.cache != "dynamic" or self.attn != self.model_attn
 
 
-#: Checks that run only on some cells: the cell's setting of that name enables them; generate runs in float32.
-OPTIONAL_CHECKS = ("ragged", "prefix_reuse", "generate")
+#: Checks that run only on some cells: the cell's setting of that name enables them.
+OPTIONAL_CHECKS = ("ragged", "prefix_reuse", "generate", "beam", "crop", "padded_generate", "attn_agreement", "quantized_kv")
+#: Checks that compare token choices, run in float32 only (lower precisions flip near-ties).
+FLOAT32_CHECKS = ("generate", "beam", "padded_generate", "attn_agreement")
 
 
 def check_applies(check: str, cell: Cell) -> bool:
     """Whether ``check`` runs on ``cell`` (optional checks are enabled per model)."""
     if check not in OPTIONAL_CHECKS:
         return True
-    return bool(getattr(cell.spec.settings, check)) and (check != "generate" or cell.dtype == "float32")
+    if check in FLOAT32_CHECKS and cell.dtype != "float32":
+        return False
+    if check == "beam" and cell.cache == QUANTIZED:
+        return False  # the fp8 cache changes scores by design; its beams are not expected to equal the uncached ones
+    if check == "quantized_kv":
+        return cell.cache == QUANTIZED
+    if check == "attn_agreement":
+        return cell.attn != cell.model_attn and cell.cache == "dynamic"
+    return bool(getattr(cell.spec.settings, check))
 
 
-def expand_cells(matrix: Matrix) -> list[Cell]:
-    """Every cell of the matrix, grouped by model (a model's cells stay together)."""
-    return [
-        Cell(spec, dtype, device, cache)
-        for spec in matrix.models
-        for device in spec.settings.devices
-        for dtype in spec.settings.dtypes
-        for cache in spec.settings.caches
-    ]
+def expand_cells(matrix: Matrix, model_attention: Callable[[ModelSpec], str] | None = None) -> list[Cell]:
+    """Every cell of the matrix, grouped by model (a model's cells stay together).
+
+    ``model_attention(spec)`` is the attention the model runs by default: a model without sdpa gets no
+    sdpa cells, and its eager cells are its default path. Variant cells (a cache other than dynamic, or
+    an attention other than the model's default) run in ``variant_dtypes`` when set.
+    """
+    cells = []
+    for spec in matrix.models:
+        settings = spec.settings
+        model_attn = model_attention(spec) if model_attention else DEFAULT_ATTENTION
+        attentions = [a for a in settings.attentions if model_attn == DEFAULT_ATTENTION or a != DEFAULT_ATTENTION]
+        if model_attn != DEFAULT_ATTENTION and DEFAULT_ATTENTION in settings.attentions and model_attn not in attentions:
+            attentions.append(model_attn)
+        for device in settings.devices:
+            for dtype in settings.dtypes:
+                for cache in settings.caches:
+                    for attn in attentions:
+                        cell = Cell(spec, dtype, device, cache, attn, model_attn)
+                        if not cell.is_variant or settings.variant_dtypes is None or dtype in settings.variant_dtypes:
+                            cells.append(cell)
+    return cells
 
 
 def shard(matrix: Matrix, index: int, count: int) -> Matrix:

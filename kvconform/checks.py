@@ -8,11 +8,16 @@ from __future__ import annotations
 
 from kvconform.geometry import CacheGeometry
 from kvconform.matrix import Tolerance
-from kvconform.probe import ProbeRecord, StepRecord
+from kvconform.probe import GenerateRecord, ProbeRecord, StepRecord
+from kvconform.quantized import SCALES_PER_LAYER
 from kvconform.results import CheckResult
 
 BYTES_PER_VALUE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
 CHECKS = ("parity", "growth", "shapes", "bytes", "generate", "ragged", "prefix_reuse")
+#: What a cache kind stores its K/V as, where that is not the model's dtype.
+STORED_DTYPE = {"quantized": "float8_e4m3fn"}
+#: Bytes of one quantization scale (float32).
+SCALE_BYTES = 4
 
 
 def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
@@ -154,20 +159,23 @@ def _layer_shape_problem(layer, state, batch: int, seen: int, record: ProbeRecor
             if len(got) == 4 and got[1] != want[1] and got[1] % max(want[1], 1) == 0:
                 hint = f" (stores {got[1]} heads: expanded to the query-head count instead of H_kv={want[1]}?)"
             return f"{name} {list(got)} != expected {list(want)} [B, H_kv, S, head_dim]{hint}"
-    if state.dtype != record.dtype:
-        return f"K/V stored as {state.dtype}, the model runs in {record.dtype}"
+    want_dtype = STORED_DTYPE.get(record.plan.cache, record.dtype)
+    if state.dtype != want_dtype:
+        return f"K/V stored as {state.dtype}, expected {want_dtype} (the model runs in {record.dtype}, cache {record.plan.cache})"
     return None
 
 
 def cache_bytes(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     """Measured K/V tensor bytes equal ``2 × L × H_kv × d_head × N × B × bytes`` (per layer), exactly."""
-    per_value = BYTES_PER_VALUE[record.dtype]
+    stored = STORED_DTYPE.get(record.plan.cache)
+    per_value = BYTES_PER_VALUE[stored or record.dtype]
+    scales = SCALES_PER_LAYER * SCALE_BYTES * len(geometry.kv_layers) if stored else 0
     batch = record.plan.batch_size
     trace = []
     for step in record.steps:
         seen = record.plan.prompt_length + step.step
         measured = sum(state.kv_bytes for state in step.layers)
-        expected = geometry.expected_bytes(batch, seen, record.max_cache_len, per_value)
+        expected = geometry.expected_bytes(batch, seen, record.max_cache_len, per_value) + scales
         trace.append((measured, expected))
         if measured != expected:
             ratio = measured / expected if expected else float("inf")
@@ -187,27 +195,35 @@ def _formula_text(geometry: CacheGeometry, batch: int, seen: int, record: ProbeR
     if not kv:
         return "no layer keeps K/V"
     first = kv[0]
-    return (
+    text = (
         f"Σ over {len(kv)} K/V layers of (d_k {first.k_head_dim} + d_v {first.v_head_dim}) × H_kv {first.kv_heads}"
         f" × S_layer × B {batch} × {per_value} bytes (S_layer = {first.stored_length(seen, record.max_cache_len)} for layer {first.index})"
     )
+    stored = STORED_DTYPE.get(record.plan.cache)
+    if stored is None:
+        return text
+    residual = sum(state.residual_bytes for state in record.steps[-1].layers)
+    return (
+        f"{text} of {stored} values, + {SCALES_PER_LAYER} float32 scales ({SCALE_BYTES} B each) per layer; "
+        f"full-precision residual: {residual:,} B (the fp8 backend keeps none)"
+    )
 
 
-def generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
-    """``generate()`` with and without the cache give the same greedy tokens.
+def generate(record: ProbeRecord, tolerance: Tolerance, gen: GenerateRecord | None = None, name: str = "generate") -> CheckResult:
+    """``generate()`` with and without the cache give the same greedy tokens (``gen``: another run than the probe's).
 
     A divergence is accepted only outside float32 and only at a near-tie: where the uncached top-2
     logit margin is within the dtype's parity limit, rounding alone can pick either token.
     """
-    gen = record.generate
+    gen = record.generate if gen is None else gen
     if gen is None:
-        return CheckResult("generate", True, "not run", "", "generate parity disabled for this cell")
+        return CheckResult(name, True, "not run", "", "generate parity disabled for this cell")
     if gen.error is not None:
-        return CheckResult("generate", False, "error", "", f"generate() raised {gen.error}")
+        return CheckResult(name, False, "error", "", f"generate() raised {gen.error}")
     steps = len(gen.cached_tokens[0]) if gen.cached_tokens else 0
     details = {"cached_tokens": gen.cached_tokens, "uncached_tokens": gen.uncached_tokens}
     if gen.first_divergence is None:
-        return CheckResult("generate", True, f"{steps}/{steps} equal", f"{steps}/{steps}", f"the same {steps} greedy tokens in every row", details)
+        return CheckResult(name, True, f"{steps}/{steps} equal", f"{steps}/{steps}", f"the same {steps} greedy tokens in every row", details)
     limit = tolerance.limit(record.logit_scale)
     k = gen.first_divergence
     rows = [r for r, (a, b) in enumerate(zip(gen.cached_tokens, gen.uncached_tokens)) if a[k] != b[k]]
@@ -215,10 +231,11 @@ def generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
         f"greedy tokens part at generated token {k} (rows {rows}): cached {[gen.cached_tokens[r][k] for r in rows]} vs "
         f"uncached {[gen.uncached_tokens[r][k] for r in rows]}; uncached top-2 logit margin there {gen.margin_at_divergence:.3g}"
     )
-    near_tie = record.dtype != "float32" and gen.margin_at_divergence is not None and gen.margin_at_divergence <= limit
+    inexact = record.dtype != "float32" or record.plan.cache in STORED_DTYPE  # rounding or a quantized cache
+    near_tie = inexact and gen.margin_at_divergence is not None and gen.margin_at_divergence <= limit
     if near_tie:
-        return CheckResult("generate", True, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" ≤ parity limit {limit:.3g}: a near-tie", details)
-    return CheckResult("generate", False, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" > parity limit {limit:.3g}", details)
+        return CheckResult(name, True, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" ≤ parity limit {limit:.3g}: a near-tie", details)
+    return CheckResult(name, False, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" > parity limit {limit:.3g}", details)
 
 
 def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: CacheGeometry) -> CheckResult:
@@ -260,6 +277,6 @@ def run_all(record: ProbeRecord, geometry: CacheGeometry, explanation: str, tole
     results = (
         parity(record, tolerance), growth(record, geometry), shapes(record, geometry, explanation),
         cache_bytes(record, geometry), generate(record, tolerance),
-        *(path_check(record, name, tolerance, geometry) for name in record.paths),
+        *(path_check(record, name, tolerance, geometry) for name, path in record.paths.items() if not path.not_applicable),
     )
     return {result.name: result for result in results}

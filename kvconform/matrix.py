@@ -15,13 +15,18 @@ import yaml
 
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda", "mps")
-CACHES = ("dynamic", "static")
+CACHES = ("dynamic", "static", "quantized")
+#: Attention implementations a cell can run: the model's sdpa path and the eager reference implementation.
+ATTENTIONS = ("sdpa", "eager")
+#: The tolerance key of the quantized (fp8) cache, applied on top of the dtype's own.
+QUANTIZED = "quantized"
 SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")
 
 #: Fields allowed in ``defaults`` and (as overrides) in any model entry.
 SETTING_KEYS = (
     "dtypes", "devices", "caches", "batch_size", "prompt_length", "decode_steps", "seed",
-    "tolerances", "generate", "ragged", "prefix_reuse",
+    "tolerances", "generate", "ragged", "prefix_reuse", "attentions", "variant_dtypes", "beam", "crop",
+    "padded_generate",
 )
 MODEL_KEYS = SETTING_KEYS + SOURCE_KEYS + (
     "id", "config", "revision", "trust_remote_code", "allow_pickle", "xfail", "exclude",
@@ -63,6 +68,15 @@ class Settings:
     ragged: bool = False
     #: Also check that continuing from a copied prefilled cache equals a fresh run.
     prefix_reuse: bool = False
+    attentions: tuple[str, ...] = ("sdpa",)
+    #: Dtypes of the variant cells (any cache but dynamic, or eager attention); ``None``: every dtype.
+    variant_dtypes: tuple[str, ...] | None = None
+    #: Also compare cached and uncached beam search (beams and their scores), float32 cells.
+    beam: bool = False
+    #: Also crop a prefilled cache back and continue it against the uncached reference.
+    crop: bool = False
+    #: Also compare cached and uncached greedy ``generate()`` on a left-padded batch, float32 cells.
+    padded_generate: bool = False
 
 
 @dataclass(frozen=True)
@@ -231,7 +245,7 @@ def _parse_tolerances(raw: Any, base: Mapping[str, Tolerance], label: str) -> di
     _expect(raw, dict, label, "tolerances")
     merged = dict(base)
     for dtype, values in raw.items():
-        _names([dtype], DTYPES, label, "tolerances")
+        _names([dtype], (*DTYPES, QUANTIZED), label, "tolerances")
         where = f"{label}: tolerances.{dtype}"
         _expect(values, dict, where, dtype)
         _check_keys(values, TOLERANCE_KEYS, where)
@@ -246,22 +260,24 @@ def _parse_settings(raw: Mapping[str, Any], base: Settings, label: str) -> Setti
     if label.endswith("defaults"):
         _check_keys(raw, SETTING_KEYS, label)
     changes: dict[str, Any] = {}
-    for key in ("dtypes", "devices", "caches"):
+    allowed_names = {"dtypes": DTYPES, "devices": DEVICES, "caches": CACHES, "attentions": ATTENTIONS, "variant_dtypes": DTYPES}
+    for key, allowed in allowed_names.items():
         if key in raw:
-            allowed = {"dtypes": DTYPES, "devices": DEVICES, "caches": CACHES}[key]
             changes[key] = _names(raw[key], allowed, label, key)
     for key, minimum in (("batch_size", 1), ("prompt_length", 2), ("decode_steps", 1), ("seed", 0)):
         if key in raw:
             changes[key] = _positive_int(raw[key], label, key, minimum)
-    for key in ("generate", "ragged", "prefix_reuse"):
+    for key in ("generate", "ragged", "prefix_reuse", "beam", "crop", "padded_generate"):
         if key in raw:
             changes[key] = _expect(raw[key], bool, label, key)
     if "tolerances" in raw:
         changes["tolerances"] = _parse_tolerances(raw["tolerances"], base.tolerances, label)
     settings = replace(base, **changes)
     missing = [d for d in settings.dtypes if d not in settings.tolerances]
+    if QUANTIZED in settings.caches and QUANTIZED not in settings.tolerances:
+        missing.append(QUANTIZED)
     if missing:
-        raise MatrixError(f"{label}: no tolerance given for dtype(s) {', '.join(missing)} (add them under 'tolerances')")
+        raise MatrixError(f"{label}: no tolerance given for {', '.join(missing)} (add them under 'tolerances')")
     return settings
 
 

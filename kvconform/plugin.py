@@ -29,7 +29,9 @@ class KvconformState:
     def __init__(self, config: pytest.Config, matrix: Matrix) -> None:
         self.config = config
         self.matrix = matrix
-        self.cells = expand_cells(matrix)
+        from kvconform.support import model_attention
+
+        self.cells = expand_cells(matrix, model_attention)
         self.cells_by_id = {cell.id: cell for cell in self.cells}
         self.results: dict[str, dict[str, Any]] = {}
         self.cell_timings: dict[str, dict[str, Any]] = {}
@@ -52,6 +54,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dtype", action="append", default=[], dest="kvconform_dtypes", help="Only these dtypes; repeatable")
     group.addoption("--device", action="append", default=[], dest="kvconform_devices", help="Only these devices; repeatable")
     group.addoption("--cache", action="append", default=[], dest="kvconform_caches", help="Only these cache implementations; repeatable")
+    group.addoption("--attn", action="append", default=[], dest="kvconform_attentions", help="Only these attention implementations (sdpa, eager); repeatable")
     group.addoption("--trust-remote-code", action="store_true", help="Allow --model checkpoints to run their own code")
     group.addoption("--allow-pickle", action="store_true", help="Allow --model checkpoints with pickle weights")
     group.addoption("--shard", default=None, help="Run shard I/N of the models (e.g. 2/4), split deterministically by model")
@@ -104,7 +107,8 @@ def resolve_matrix(config: pytest.Config) -> Matrix:
 
 def _narrow(spec: ModelSpec, config: pytest.Config) -> ModelSpec:
     settings = spec.settings
-    for option, name in (("kvconform_dtypes", "dtypes"), ("kvconform_devices", "devices"), ("kvconform_caches", "caches")):
+    for option, name in (("kvconform_dtypes", "dtypes"), ("kvconform_devices", "devices"), ("kvconform_caches", "caches"),
+                         ("kvconform_attentions", "attentions")):
         wanted = config.getoption(option)
         if wanted:
             settings = replace(settings, **{name: tuple(dict.fromkeys(wanted))})
@@ -290,7 +294,7 @@ def _row(cell: Cell, check: str, nodeid: str) -> dict[str, Any]:
     return {
         "cell_id": cell.id, "model": cell.spec.id, "model_type": cell.spec.model_type or "",
         "source": f"{cell.spec.source}:{cell.spec.location}", "revision": cell.spec.revision,
-        "dtype": cell.dtype, "device": cell.device, "cache": cell.cache, "check": check,
+        "dtype": cell.dtype, "device": cell.device, "cache": cell.cache, "attn": cell.attn, "check": check,
         "outcome": "pass", "measured": "", "limit": "", "message": "", "details": {},
         "duration_s": 0.0, "nodeid": nodeid,
     }

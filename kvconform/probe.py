@@ -17,6 +17,7 @@ import torch
 from kvconform.cache_io import (
     LayerState, cache_keyword, cache_layers, input_device, make_prompt, new_cache, returned_cache, seq_length, snapshot_layers,
 )
+from kvconform.crop import run_crop
 from kvconform.kv_compare import Divergence, locate_divergence
 from kvconform.matrix import Tolerance
 from kvconform.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
@@ -37,6 +38,8 @@ class ProbePlan:
     ragged: bool = False
     #: Also continue a copied prefilled prefix cache and compare with the reference.
     prefix_reuse: bool = False
+    #: Also crop a prefilled cache back and decode again (assisted decoding's rollback).
+    crop: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
 
@@ -172,7 +175,8 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
 
     paths = {}
     runs = {"prefix_reuse": lambda: run_prefix_reuse(model, plan, keyword, reference, full),
-            "ragged": lambda: run_ragged(model, plan, keyword)}
+            "ragged": lambda: run_ragged(model, plan, keyword),
+            "crop": lambda: run_crop(model, plan, keyword, reference, full)}
     for name, run in runs.items():
         if getattr(plan, name):
             start = time.perf_counter()
@@ -185,7 +189,7 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
     generate = None
     if plan.generate:
         start = time.perf_counter()
-        generate = run_generate(model, prompt, plan.decode_steps)
+        generate = run_generate(model, prompt, plan.decode_steps, plan.cache)
         timings["generate_s"] = time.perf_counter() - start
 
     return ProbeRecord(
@@ -231,12 +235,14 @@ def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, f
     return locate_divergence(pairs, valid_length=full.shape[1])
 
 
-def run_generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -> GenerateRecord:
-    """Greedy generate with and without the cache; where they part, the uncached top-2 margin."""
+def run_generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int, cache: str = "dynamic",
+                 attention_mask: torch.Tensor | None = None) -> GenerateRecord:
+    """Greedy generate with (``cache_implementation`` of ``cache``) and without the cache; where they part, the uncached top-2 margin."""
     from transformers import GenerationConfig
 
+    mask = torch.ones_like(prompt) if attention_mask is None else attention_mask
     try:
-        runs = _generate_both(model, prompt, steps, GenerationConfig)
+        runs = _generate_both(model, prompt, mask, steps, GenerationConfig, cache)
     except Exception as exc:  # noqa: BLE001 - a generate() crash fails the generate check only
         return GenerateRecord([], [], None, None, error=f"{type(exc).__name__}: {exc}"[:500])
     new = prompt.shape[1]
@@ -254,14 +260,18 @@ def run_generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -> Ge
     )
 
 
-def _generate_both(model: torch.nn.Module, prompt: torch.Tensor, steps: int, config_class: Any) -> dict[bool, Any]:
+def _generate_both(model: torch.nn.Module, prompt: torch.Tensor, mask: torch.Tensor, steps: int, config_class: Any,
+                   cache: str) -> dict[bool, Any]:
+    from kvconform.generation import cache_implementation
+
     runs = {}
     for use_cache in (True, False):
         config = config_class(
             max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=use_cache,
             eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
+            **(cache_implementation(cache) if use_cache else {}),
         )
-        runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+        runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=mask)
     return runs
 
 

@@ -10,6 +10,7 @@ from kvconform.cells import Cell, check_applies
 from kvconform.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.models import load_master
 from kvconform.probe import ProbePlan, ProbeRecord, cast_model, run_probe
+from kvconform.support import attention_model, cell_support
 
 
 @dataclass
@@ -21,6 +22,10 @@ class CellOutcome:
     geometry: CacheGeometry | None = None
     explanation: str = ""
     load_s: float = 0.0
+    not_applicable: str | None = None
+    """Why the model cannot run this cell's cache or attention (decided by transformers' own rules)."""
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Records of the cell's generation paths (``beam``, ``padded_generate``) and ``attn_agreement``."""
 
 
 @dataclass
@@ -35,6 +40,7 @@ class CellRunner:
     _master: Any = None
     _load_error: BaseException | None = None
     _load_s: float = 0.0
+    _attention_models: dict[str, Any] = field(default_factory=dict)
 
     def outcome(self, cell: Cell) -> CellOutcome:
         if cell.id not in self.outcomes:
@@ -44,6 +50,7 @@ class CellRunner:
     def _master_for(self, cell: Cell) -> Any:
         if self._model_id != cell.spec.id:
             self._model_id, self._master, self._load_error = cell.spec.id, None, None
+            self._attention_models = {}
             start = time.perf_counter()
             try:
                 self.loads += 1
@@ -65,19 +72,52 @@ class CellRunner:
             batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
             seed=settings.seed, cache=cell.cache, device=cell.device,
             generate=check_applies("generate", cell),
-            ragged=settings.ragged, prefix_reuse=settings.prefix_reuse,
-            locate_tolerance=cell.tolerance,
+            ragged=settings.ragged, prefix_reuse=settings.prefix_reuse, crop=check_applies("crop", cell),
+            # K/V localization compares stored tensors: a quantized cache stores other values by design.
+            locate_tolerance=None if cell.cache == "quantized" else cell.tolerance,
         )
         try:
-            model = master if _already_placed(master, cell) else cast_model(master, cell.dtype, cell.device)
+            reason = cell_support(master, cell.cache, cell.attn)
+            if reason is not None:
+                return CellOutcome(load_s=self._load_s, not_applicable=reason)
+            base = self._attention_model(master, cell.attn)
+            model = base if _already_placed(base, cell) else cast_model(base, cell.dtype, cell.device)
             if self.on_model is not None:
                 self.on_model(model)
             record = run_probe(model, plan)
-            return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s)
+            extras = run_extras(model, plan, cell, master, record.timings)
+            return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s, extras=extras)
         except Exception as exc:  # noqa: BLE001 - a crash inside a model fails its cell, not the run
             return CellOutcome(error=exc, load_s=self._load_s)
+
+    def _attention_model(self, master: Any, attn: str) -> Any:
+        """The float32 master running ``attn`` attention, made once per model."""
+        if attn not in self._attention_models:
+            model, rebuilt = attention_model(master, attn)
+            self.loads += rebuilt
+            self._attention_models[attn] = model
+        return self._attention_models[attn]
 
 
 def _already_placed(master: Any, cell: Cell) -> bool:
     """Models spread by ``device_map`` are probed where accelerate put them, in float32 only."""
     return bool(getattr(master, "hf_device_map", None)) and cell.dtype == "float32"
+
+
+def run_extras(model: Any, plan: ProbePlan, cell: Cell, master: Any, timings: dict[str, float]) -> dict[str, Any]:
+    """The cell's generation paths and, for a non-default attention, its agreement with the model's own (timed)."""
+    from kvconform.attention import run_agreement
+    from kvconform.cache_io import cache_keyword
+    from kvconform.generation import run_beam, run_padded_generate
+    from kvconform.quantized import run_quantized_kv
+
+    runs = {"beam": lambda: run_beam(model, plan), "padded_generate": lambda: run_padded_generate(model, plan),
+            "attn_agreement": lambda: run_agreement(model, master, plan),
+            "quantized_kv": lambda: run_quantized_kv(model, plan, cache_keyword(model))}
+    extras: dict[str, Any] = {}
+    for name, run in runs.items():
+        if check_applies(name, cell):
+            start = time.perf_counter()
+            extras[name] = run()
+            timings[f"{name}_s"] = time.perf_counter() - start
+    return extras

@@ -36,10 +36,18 @@ class PathRecord:
     """Every cache layer after the last step, for the shape rules."""
     error: str | None = None
     """Set when the path itself raised (the main decode's checks still stand)."""
+    not_applicable: str | None = None
+    """Set when the model or cache cannot take this path, with the reason."""
+
+
+class PathNotApplicable(RuntimeError):
+    """The model or cache cannot take this path (the message says why, from transformers' own flags)."""
 
 
 def failed_path(name: str, error: BaseException) -> PathRecord:
-    """The record of a path that raised."""
+    """The record of a path that raised (or, for ``PathNotApplicable``, could not be taken)."""
+    if isinstance(error, PathNotApplicable):
+        return PathRecord(name, [], 0, 0, 0.0, name, [], 0, [], not_applicable=str(error))
     return PathRecord(name, [], 0, 0, 0.0, name, [], 0, [], error=f"{type(error).__name__}: {error}"[:500])
 
 
@@ -47,7 +55,7 @@ def _accepts(model: torch.nn.Module, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
-def _summarize(name: str, deltas: list[torch.Tensor], scale: float, description: str,
+def summarize(name: str, deltas: list[torch.Tensor], scale: float, description: str,
                lengths: list[int | None], first_length: int, cache: Any) -> PathRecord:
     """``deltas[k]`` is a [B] tensor of per-row max |Δ| at step k."""
     per_step = [float(d.max()) for d in deltas]
@@ -56,7 +64,7 @@ def _summarize(name: str, deltas: list[torch.Tensor], scale: float, description:
                       lengths, first_length, snapshot_layers(cache))
 
 
-def _row_delta(cached: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+def row_delta(cached: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num((cached.float() - reference.float()).abs(), nan=float("inf")).amax(dim=-1)
 
 
@@ -105,9 +113,9 @@ def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
         reference = model(input_ids=own, use_cache=False, **positions).logits[0, length - 1 :, :]
         scale = max(scale, float(torch.nan_to_num(reference.float()).abs().max()))
         for step, cached in enumerate(logits):
-            deltas[step][row] = _row_delta(cached[row : row + 1], reference[step : step + 1])[0]
+            deltas[step][row] = row_delta(cached[row : row + 1], reference[step : step + 1])[0]
     description = f"left-padded rows of lengths {lengths} with an attention mask"
-    return _summarize("ragged", deltas, scale, description, cache_lengths, width, cache)
+    return summarize("ragged", deltas, scale, description, cache_lengths, width, cache)
 
 
 @torch.inference_mode()
@@ -132,7 +140,7 @@ def run_prefix_reuse(model: torch.nn.Module, plan: Any, keyword: str, reference:
         logits.append(output.logits[:, -1, :])
         lengths.append(seq_length(reused))
     expected = reference[:, prompt_length - 1 :, :]
-    deltas = [_row_delta(cached, expected[:, step, :]) for step, cached in enumerate(logits)]
+    deltas = [row_delta(cached, expected[:, step, :]) for step, cached in enumerate(logits)]
     scale = float(torch.nan_to_num(expected.float()).abs().max())
     description = f"a copied {prefix}-token prefix cache extended by {prompt_length - prefix} tokens at once, then decoded"
-    return _summarize("prefix_reuse", deltas, scale, description, lengths, prompt_length, reused)
+    return summarize("prefix_reuse", deltas, scale, description, lengths, prompt_length, reused)

@@ -28,6 +28,8 @@ def outcome(cell: Cell, request: pytest.FixtureRequest) -> CellOutcome:
         request.node.user_properties.append((TIMING_KEY, timings))
     if isinstance(result.error, ModelUnavailable):
         pytest.skip(str(result.error))
+    if result.not_applicable is not None:
+        pytest.skip(f"not applicable: {result.not_applicable}")
     if result.error is not None:
         kind = "refused" if isinstance(result.error, ModelRefused) else f"{type(result.error).__name__}"
         pytest.fail(f"{cell.id}: model could not be built, loaded or run ({kind}): {_summary(result.error)}", pytrace=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform import checks
+from kvconform import checks, path_checks
 
 
 def test_parity(cell, outcome, verdict):
@@ -43,3 +43,36 @@ def test_ragged(cell, outcome, verdict):
 def test_prefix_reuse(cell, outcome, verdict):
     """Continuing a copied prefilled prefix cache equals a fresh run; growth and shapes hold."""
     verdict(checks.path_check(outcome.record, "prefix_reuse", cell.tolerance, outcome.geometry))
+
+
+@pytest.mark.kvconform_check("crop")
+def test_crop(cell, outcome, verdict):
+    """A prefilled cache cropped back k tokens and decoded again equals a fresh run; growth and shapes hold."""
+    path = outcome.record.paths.get("crop")
+    if path is not None and path.not_applicable:
+        pytest.skip(f"not applicable: {path.not_applicable}")
+    verdict(checks.path_check(outcome.record, "crop", cell.tolerance, outcome.geometry))
+
+
+@pytest.mark.kvconform_check("beam")
+def test_beam(cell, outcome, verdict):
+    """Beam search with and without the cache returns the same beams with the same scores."""
+    verdict(path_checks.beam(outcome.extras.get("beam"), cell.tolerance, outcome.record.logit_scale))
+
+
+@pytest.mark.kvconform_check("padded_generate")
+def test_padded_generate(cell, outcome, verdict):
+    """Batched left-padded generate() with and without the cache picks the same greedy tokens."""
+    verdict(checks.generate(outcome.record, cell.tolerance, outcome.extras["padded_generate"], "padded_generate"))
+
+
+@pytest.mark.kvconform_check("attn_agreement")
+def test_attn_agreement(cell, outcome, verdict):
+    """The cell's attention implementation and the model's default agree on uncached logits (float32)."""
+    verdict(path_checks.attention_agreement(outcome.extras["attn_agreement"], cell.tolerance))
+
+
+@pytest.mark.kvconform_check("quantized_kv")
+def test_quantized_kv(cell, outcome, verdict):
+    """The fp8 cache's first K/V layer dequantizes to a fresh pass's K/V within float8 rounding."""
+    verdict(path_checks.quantized_kv(outcome.extras["quantized_kv"]))

@@ -10,7 +10,9 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
 import torch
-from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer, StaticLayer
+from transformers.cache_utils import (
+    Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer, Fp8QuantizedLayer, StaticLayer, StaticSlidingWindowLayer,
+)
 
 Patch = tuple[type, str, Callable[..., Any]]
 
@@ -159,7 +161,55 @@ def static_wrong_slot() -> list[Patch]:
     return [(StaticLayer, "update", update)]
 
 
+def beam_not_reordered() -> list[Patch]:
+    """Beam search's ``reorder_cache`` leaves the K/V rows in their old beam order."""
+
+    def reorder_cache(self: Any, beam_idx: torch.Tensor) -> None:
+        return None
+
+    return [(CacheLayerMixin, "reorder_cache", reorder_cache)]
+
+
+def crop_one_short() -> list[Patch]:
+    """``crop(-k)`` removes k-1 columns: one rejected token's K/V stays in the cache."""
+    original = DynamicLayer.crop
+
+    def crop(self: Any, tokens_to_remove: int) -> None:
+        return original(self, tokens_to_remove + 1 if tokens_to_remove < 0 else tokens_to_remove)
+
+    return [(DynamicLayer, "crop", crop)]
+
+
+def static_window_no_roll() -> list[Patch]:
+    """A full static sliding-window layer overwrites its newest slot instead of rolling the window left."""
+    original = StaticSlidingWindowLayer.update
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not (self.is_initialized and self.cumulative_length_int >= self.max_cache_len and key_states.shape[-2] == 1):
+            return original(self, key_states, value_states, *args, **kwargs)
+        self.cumulative_length_int += 1
+        self.keys[:, :, -1:] = key_states
+        self.values[:, :, -1:] = value_states
+        return self.keys, self.values
+
+    return [(StaticSlidingWindowLayer, "update", update)]
+
+
+def fp8_scale_drift() -> list[Patch]:
+    """The fp8 layer quantizes each new token with its own scale but dequantizes it with the frozen one."""
+    original = Fp8QuantizedLayer._quantize
+
+    def _quantize(self: Any, tensor: torch.Tensor, scale: Any = None):
+        return original(self, tensor, None)
+
+    return [(Fp8QuantizedLayer, "_quantize", _quantize)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
+    "beam_not_reordered": beam_not_reordered,
+    "crop_one_short": crop_one_short,
+    "static_window_no_roll": static_window_no_roll,
+    "fp8_scale_drift": fp8_scale_drift,
     "write_late": write_late,
     "not_written": not_written,
     "no_growth": no_growth,

@@ -1,0 +1,38 @@
+"""Eager and sdpa attention must agree: the uncached logits of one sequence under both, in float32."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kvconform.cache_io import input_device, make_prompt
+
+
+@dataclass
+class AgreementRecord:
+    """Max |Δlogit| per position between two attention implementations' uncached passes."""
+
+    implementations: tuple[str, str]
+    position_max_abs_delta: list[float]
+    worst_position: int
+    worst_row: int
+    logit_scale: float
+
+
+@torch.inference_mode()
+def run_agreement(model: torch.nn.Module, other: torch.nn.Module, plan: Any) -> AgreementRecord:
+    """One uncached pass of ``model`` and of ``other`` (same weights, another attention) over P+N seeded tokens."""
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    ids = make_prompt(plan.batch_size, plan.prompt_length + plan.decode_steps, plan.seed, vocab, input_device(model))
+    logits = model(input_ids=ids, use_cache=False).logits.float()
+    reference = other(input_ids=ids, use_cache=False).logits.float()
+    delta = torch.nan_to_num((logits - reference).abs(), nan=float("inf")).amax(dim=-1)  # [B, S]
+    per_position = delta.amax(dim=0)
+    worst = int(per_position.argmax())
+    return AgreementRecord(
+        implementations=(model.config._attn_implementation, other.config._attn_implementation),
+        position_max_abs_delta=per_position.tolist(), worst_position=worst, worst_row=int(delta[:, worst].argmax()),
+        logit_scale=float(torch.nan_to_num(reference).abs().max()),
+    )

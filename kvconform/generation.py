@@ -1,0 +1,99 @@
+"""``generate()`` paths whose cache operations differ from the greedy decode loop.
+
+- beam search: the cache is expanded to ``batch × beams`` before the prefill and reordered with
+  ``reorder_cache(beam_idx)`` after every step; cached and uncached runs must pick the same beams
+  with the same scores.
+- a batched, left-padded greedy ``generate()``: cached and uncached runs must pick the same tokens.
+
+Both run with the cell's cache through ``cache_implementation`` (what users pass to ``generate()``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kvconform.cache_io import QUANTIZED_BACKEND, input_device, make_prompt
+from kvconform.probe import GenerateRecord, run_generate
+
+#: Beams in the beam-search check: enough that reordering moves rows between beams.
+NUM_BEAMS = 3
+
+
+def cache_implementation(cache: str) -> dict[str, Any]:
+    """The ``generate()`` arguments that make it build the cell's cache kind."""
+    if cache == "dynamic":
+        return {}
+    if cache == "quantized":
+        return {"cache_implementation": "quantized", "cache_config": {"backend": QUANTIZED_BACKEND}}
+    return {"cache_implementation": cache}
+
+
+def left_padded(prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of lengths P, P-1, … (at least 2) left-padded with id 0, and their attention mask."""
+    batch, width = prompt.shape
+    mask = torch.zeros_like(prompt)
+    for row in range(batch):
+        mask[row, width - max(2, width - row) :] = 1
+    return torch.where(mask.bool(), prompt, torch.zeros_like(prompt)), mask
+
+
+def _prompt(model: torch.nn.Module, plan: Any) -> torch.Tensor:
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    return make_prompt(plan.batch_size, plan.prompt_length, plan.seed, vocab, input_device(model))
+
+
+@torch.inference_mode()
+def run_padded_generate(model: torch.nn.Module, plan: Any) -> GenerateRecord:
+    """Greedy ``generate()`` on a left-padded batch, with and without the cell's cache."""
+    padded, mask = left_padded(_prompt(model, plan))
+    return run_generate(model, padded, plan.decode_steps, plan.cache, attention_mask=mask)
+
+
+@dataclass
+class BeamRecord:
+    """Beam search with and without the cache: the returned beams and their scores."""
+
+    cached_tokens: list[list[int]]
+    uncached_tokens: list[list[int]]
+    cached_scores: list[float]
+    uncached_scores: list[float]
+    first_divergence: int | None
+    """First generated position where a returned beam differs, or ``None``."""
+    num_beams: int = NUM_BEAMS
+    error: str | None = None
+
+    @property
+    def max_score_delta(self) -> float:
+        return max((abs(a - b) for a, b in zip(self.cached_scores, self.uncached_scores)), default=0.0)
+
+
+@torch.inference_mode()
+def run_beam(model: torch.nn.Module, plan: Any) -> BeamRecord:
+    """Beam search over the probe's prompt, with and without the cell's cache."""
+    from transformers import GenerationConfig
+
+    prompt = _prompt(model, plan)
+    runs = {}
+    try:
+        for use_cache in (True, False):
+            config = GenerationConfig(
+                max_new_tokens=plan.decode_steps, min_new_tokens=plan.decode_steps, do_sample=False,
+                num_beams=NUM_BEAMS, num_return_sequences=NUM_BEAMS, early_stopping=False, length_penalty=1.0,
+                use_cache=use_cache, eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
+                **(cache_implementation(plan.cache) if use_cache else {}),
+            )
+            runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+    except Exception as exc:  # noqa: BLE001 - a crash fails the beam check only
+        return BeamRecord([], [], [], [], None, error=f"{type(exc).__name__}: {exc}"[:500])
+    new = prompt.shape[1]
+    cached, uncached = runs[True].sequences[:, new:], runs[False].sequences[:, new:]
+    differs = (cached != uncached).any(dim=0).nonzero()
+    return BeamRecord(
+        cached_tokens=cached.tolist(), uncached_tokens=uncached.tolist(),
+        cached_scores=runs[True].sequences_scores.float().tolist(),
+        uncached_scores=runs[False].sequences_scores.float().tolist(),
+        first_divergence=int(differs[0]) if len(differs) else None,
+    )

@@ -1,0 +1,80 @@
+"""Checks of the generation paths and attention implementations (records from generation.py / attention.py)."""
+
+from __future__ import annotations
+
+from kvconform.attention import AgreementRecord
+from kvconform.generation import BeamRecord
+from kvconform.matrix import Tolerance
+from kvconform.quantized import QuantizedKVRecord
+from kvconform.results import CheckResult
+
+#: A beam score is the mean log-probability of its tokens; a log-softmax moves by at most twice the
+#: largest logit change, so cached and uncached scores may differ by twice the parity limit.
+SCORE_LIMIT_FACTOR = 2.0
+
+
+def beam(record: BeamRecord | None, tolerance: Tolerance, logit_scale: float) -> CheckResult:
+    """Cached and uncached beam search return the same beams with scores within twice the parity limit."""
+    if record is None:
+        return CheckResult("beam", True, "not run", "", "beam search disabled for this cell")
+    if record.error is not None:
+        return CheckResult("beam", False, "error", "", f"beam search (num_beams={record.num_beams}) raised {record.error}")
+    limit = SCORE_LIMIT_FACTOR * tolerance.limit(logit_scale)
+    delta = record.max_score_delta
+    details = {"cached_tokens": record.cached_tokens, "uncached_tokens": record.uncached_tokens,
+               "cached_scores": record.cached_scores, "uncached_scores": record.uncached_scores, "tolerance": limit}
+    what = f"num_beams={record.num_beams}, {len(record.cached_tokens)} returned beams"
+    if record.first_divergence is not None:
+        k = record.first_divergence
+        rows = [r for r, (a, b) in enumerate(zip(record.cached_tokens, record.uncached_tokens)) if a[k] != b[k]]
+        message = (
+            f"{what}: cached beams leave the uncached beams at generated token {k} (returned beams {rows}: cached "
+            f"{[record.cached_tokens[r][k] for r in rows]} vs uncached {[record.uncached_tokens[r][k] for r in rows]}); "
+            f"scores cached {_scores(record.cached_scores)} vs uncached {_scores(record.uncached_scores)}: "
+            "suspect the cache reorder between steps (reorder_cache)"
+        )
+        return CheckResult("beam", False, f"token {k} differs", "same beams", message, details)
+    if delta > limit:
+        message = (f"{what}: same tokens, but beam scores differ by {delta:.3g} > {limit:.3g} (2 × parity limit): cached "
+                   f"{_scores(record.cached_scores)} vs uncached {_scores(record.uncached_scores)}")
+        return CheckResult("beam", False, f"{delta:.2e}", f"{limit:.2e}", message, details)
+    message = f"{what}: the same beams, scores within {delta:.2e} ≤ {limit:.2e}"
+    return CheckResult("beam", True, f"{delta:.2e}", f"{limit:.2e}", message, details)
+
+
+def _scores(scores: list[float]) -> str:
+    return "[" + ", ".join(f"{s:.4f}" for s in scores) + "]"
+
+
+def attention_agreement(record: AgreementRecord, tolerance: Tolerance) -> CheckResult:
+    """Two attention implementations' uncached logits agree within the float32 parity limit."""
+    limit = tolerance.limit(record.logit_scale)
+    worst = record.position_max_abs_delta[record.worst_position]
+    first, second = record.implementations
+    details = {"position_max_abs_delta": record.position_max_abs_delta, "tolerance": limit, "logit_scale": record.logit_scale}
+    over = [p for p, d in enumerate(record.position_max_abs_delta) if d > limit]
+    if not over:
+        message = f"uncached logits under {first} and {second} agree: max |Δ| {worst:.2e} ≤ {limit:.2e} over {len(record.position_max_abs_delta)} positions"
+        return CheckResult("attn_agreement", True, f"{worst:.2e}", f"{limit:.2e}", message, details)
+    message = (
+        f"uncached logits under {first} and {second} differ from position {over[0]} on (positions over the limit: {over}); "
+        f"worst |Δ| {worst:.3g} at position {record.worst_position}, batch row {record.worst_row} > limit {limit:.3g} "
+        f"(float32: {tolerance.atol:g} + {tolerance.rtol:g} × max|logit| {record.logit_scale:.3g})"
+    )
+    return CheckResult("attn_agreement", False, f"{worst:.2e}", f"{limit:.2e}", message, details)
+
+
+def quantized_kv(record: QuantizedKVRecord) -> CheckResult:
+    """The fp8 cache's first K/V layer dequantizes to a fresh pass's K/V within float8_e4m3fn rounding."""
+    details = {"layer": record.layer, "worst_excess": record.worst_excess, "scales": list(record.scales),
+               "max_ratio_to_scale": record.max_ratio_to_scale}
+    bound = f"|Δ| ≤ 2^-4 × |value| + 2^-9 × scale (float8_e4m3fn rounding; scales K {record.scales[0]:.3g}, V {record.scales[1]:.3g})"
+    if record.worst_excess <= 1.0:
+        message = (f"layer {record.layer}: every stored value of {record.tokens} tokens is within fp8 rounding of a fresh pass "
+                   f"(worst {record.worst_excess:.2f} × the bound {bound})")
+        return CheckResult("quantized_kv", True, f"{record.worst_excess:.2f}×", "1×", message, details)
+    saturation = (f"; values reach {record.max_ratio_to_scale:.0f} × the frozen scale, beyond float8_e4m3fn's 448"
+                  if record.max_ratio_to_scale > 448 else "")
+    message = (f"layer {record.layer}, position {record.worst_position} ({record.worst_tensor}): the dequantized cache differs from a fresh pass by {record.worst_excess:.3g} × "
+               f"the bound {bound}{saturation}")
+    return CheckResult("quantized_kv", False, f"{record.worst_excess:.3g}×", "1×", message, details)

@@ -1,0 +1,94 @@
+"""Which cache paths and attention implementations a model supports, decided by transformers' own rules.
+
+- static / quantized caches: what ``generate(cache_implementation=...)`` would build. A model class for
+  which ``GenerationMixin._supports_default_dynamic_cache()`` is False gets no ``Cache`` from generate
+  (the argument is ignored); otherwise ``StaticCache(config=…)`` / ``QuantizedCache(backend="fp8", config=…)``
+  must accept the config (they raise for layer kinds they have no layer class for, and the quantized
+  cache only takes full-attention stacks); generate refuses the quantized cache for encoder-decoders.
+- attention: sdpa where the class declares ``_supports_sdpa``; eager everywhere. An eager model is
+  made as users do: ``set_attn_implementation("eager")``, or ``from_config(…, attn_implementation="eager")``
+  for classes that cannot switch after construction.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+from kvconform.cache_io import QUANTIZED_BACKEND
+from kvconform.matrix import ModelSpec
+
+#: A cache length for trial construction (the layers are allocated lazily).
+_TRIAL_LENGTH = 8
+
+
+def model_class(model_type: str) -> type:
+    """The causal-LM class transformers maps ``model_type`` to (imports only that modeling module)."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+
+
+def model_attention(spec: ModelSpec) -> str:
+    """The attention a matrix entry runs by default: eager for synthetic classes without sdpa, else sdpa.
+
+    Checkpoints are decided when loaded (``attention_support``), without loading anything here.
+    """
+    if spec.model_type is None:
+        return "sdpa"
+    return "sdpa" if model_class(spec.model_type)._supports_sdpa else "eager"
+
+
+def attention_support(cls: type, attn: str) -> str | None:
+    """Why ``cls`` cannot run ``attn`` attention, or ``None``."""
+    if attn == "sdpa" and not cls._supports_sdpa:
+        return f"{cls.__name__} does not support sdpa (_supports_sdpa is False); its eager cells run its attention"
+    return None
+
+
+def cache_support(cls: type, config: Any, cache: str) -> str | None:
+    """Why ``generate()`` would not run ``cls`` with a ``cache`` cache, or ``None``."""
+    if cache == "dynamic":
+        return None
+    if not cls._supports_default_dynamic_cache():
+        return (f"{cls.__name__} keeps its own state outside transformers' Cache classes: generate() ignores "
+                f"cache_implementation={cache!r} (_supports_default_dynamic_cache is False)")
+    text = config.get_text_config(decoder=True)
+    if cache == "quantized" and getattr(text, "is_encoder_decoder", False):
+        return "generate() refuses the quantized cache for encoder-decoder configs"
+    from transformers import QuantizedCache, StaticCache
+
+    try:
+        if cache == "static":
+            StaticCache(config=config, max_cache_len=_TRIAL_LENGTH)
+        else:
+            QuantizedCache(backend=QUANTIZED_BACKEND, config=config)
+    except (ValueError, KeyError, AttributeError, TypeError) as exc:
+        kind = "StaticCache" if cache == "static" else f"QuantizedCache(backend={QUANTIZED_BACKEND!r})"
+        return f"transformers builds no {kind} for this config: {type(exc).__name__}: {str(exc)[:200]}"
+    return None
+
+
+def cell_support(model: torch.nn.Module, cache: str, attn: str) -> str | None:
+    """Why a cell with ``cache`` and ``attn`` cannot run on ``model``, or ``None``."""
+    return attention_support(type(model), attn) or cache_support(type(model), model.config, cache)
+
+
+def attention_model(master: torch.nn.Module, attn: str) -> tuple[torch.nn.Module, bool]:
+    """``master`` running ``attn`` attention, and whether it had to be rebuilt (a second load)."""
+    if master.config._attn_implementation == attn:
+        return master, False
+    model = copy.deepcopy(master)
+    model.set_attn_implementation(attn)
+    if model.config._attn_implementation == attn:
+        return model, False
+    from transformers import AutoModelForCausalLM
+
+    rebuilt = AutoModelForCausalLM.from_config(copy.deepcopy(master.config), attn_implementation=attn, dtype=torch.float32)
+    rebuilt.load_state_dict(master.state_dict())
+    if rebuilt.config._attn_implementation != attn:
+        raise RuntimeError(f"{type(master).__name__}: built with attn_implementation={attn!r}, runs {rebuilt.config._attn_implementation!r}")
+    return rebuilt.eval(), True

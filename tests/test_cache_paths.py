@@ -1,0 +1,119 @@
+"""The cache paths users run: static (and static sliding-window), quantized, eager attention, crop, beam
+search and left-padded generate(). Healthy tiny models pass in every dtype; a planted fault in each
+path fails that path's check with a located message."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvconform import checks, path_checks
+from kvconform.cells import Cell
+from kvconform.matrix import ModelSpec, Settings
+from kvconform.results import CheckResult
+from kvconform.runner import CellRunner
+from tests.conftest import TOLERANCES
+from tests.faults import planted
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _spec(model_type: str, **config: object) -> ModelSpec:
+    settings = Settings(
+        dtypes=DTYPES, devices=("cpu",), caches=("dynamic", "static", "quantized"), attentions=("sdpa", "eager"),
+        tolerances=TOLERANCES, generate=True, ragged=False,
+        prefix_reuse=False, crop=True, beam=True, padded_generate=True,
+    )
+    return ModelSpec(id=model_type, source="synthetic", location=model_type, settings=settings, config=config)
+
+
+LLAMA = _spec("llama")
+MISTRAL = _spec("mistral", sliding_window=4)
+
+
+@pytest.fixture(scope="module")
+def runner() -> CellRunner:
+    return CellRunner()
+
+
+def run_checks(runner: CellRunner, spec: ModelSpec, dtype: str = "float32", cache: str = "dynamic",
+               attn: str = "sdpa") -> dict[str, CheckResult]:
+    """Probe one cell afresh (faults are planted around this call) and run every check that applies."""
+    cell = Cell(spec, dtype, "cpu", cache, attn)
+    runner.outcomes.pop(cell.id, None)
+    outcome = runner.outcome(cell)
+    assert outcome.error is None, outcome.error
+    assert outcome.not_applicable is None, outcome.not_applicable
+    record, tolerance = outcome.record, cell.tolerance
+    results = checks.run_all(record, outcome.geometry, outcome.explanation, tolerance)
+    extras = outcome.extras
+    if "beam" in extras:
+        results["beam"] = path_checks.beam(extras["beam"], tolerance, record.logit_scale)
+    if "padded_generate" in extras:
+        results["padded_generate"] = checks.generate(record, tolerance, extras["padded_generate"], "padded_generate")
+    if "quantized_kv" in extras:
+        results["quantized_kv"] = path_checks.quantized_kv(extras["quantized_kv"])
+    if "attn_agreement" in extras:
+        results["attn_agreement"] = path_checks.attention_agreement(extras["attn_agreement"], tolerance)
+    return results
+
+
+def _failed(results: dict[str, CheckResult]) -> dict[str, str]:
+    return {name: r.message for name, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("spec", "cache", "attn"), [
+    (LLAMA, "static", "sdpa"), (MISTRAL, "static", "sdpa"), (LLAMA, "quantized", "sdpa"),
+    (LLAMA, "dynamic", "eager"), (MISTRAL, "static", "eager"),
+], ids=["llama-static", "mistral-static-sliding", "llama-quantized", "llama-eager", "mistral-static-eager"])
+def test_healthy_models_pass_every_path(runner, spec, cache, attn, dtype):
+    results = run_checks(runner, spec, dtype, cache, attn)
+    assert not _failed(results), _failed(results)
+    if dtype == "float32":
+        expected = {"generate", "padded_generate"} | ({"beam"} if cache != "quantized" else set())
+        expected |= {"attn_agreement"} if attn == "eager" and cache == "dynamic" else set()
+        assert expected <= set(results), sorted(results)
+    if cache != "quantized" and spec is LLAMA:
+        assert "crop" in results, "a dynamic or full-attention static cache is croppable"
+
+
+def test_static_sliding_layer_is_decoded_past_its_window(runner):
+    results = run_checks(runner, MISTRAL, cache="static")
+    layers = {state.layer_class for step in runner.outcomes["mistral[float32-cpu-static]"].record.steps for state in step.layers}
+    assert layers == {"StaticSlidingWindowLayer"}
+    assert results["growth"].passed and "6→7→" in results["growth"].measured
+
+
+def test_quantized_bytes_describe_fp8_values_and_scales(runner):
+    result = run_checks(runner, LLAMA, cache="quantized")["bytes"]
+    # 2 layers × (16 + 16) × 2 KV heads × 14 tokens × batch 2 × 1 byte + 2 layers × 2 float32 scales
+    assert result.passed and result.measured == f"{2 * 32 * 2 * 14 * 2 + 2 * 2 * 4:,} B", result.message
+    assert "float8_e4m3fn values, + 2 float32 scales" in result.message and "residual: 0 B" in result.message
+
+
+def test_crop_is_not_applicable_past_a_static_window(runner):
+    cell = Cell(MISTRAL, "float32", "cpu", "static")
+    runner.outcomes.pop(cell.id, None)
+    crop = runner.outcome(cell).record.paths["crop"]
+    assert crop.not_applicable and "not croppable" in crop.not_applicable and "StaticSlidingWindowLayer" in crop.not_applicable
+
+
+#: fault -> (spec, cache, attn, check that must fail, words its message must contain)
+PATH_FAULTS = {
+    "beam_not_reordered": (LLAMA, "dynamic", "sdpa", "beam", "suspect the cache reorder between steps"),
+    "crop_one_short": (LLAMA, "dynamic", "sdpa", "crop", "get_seq_length() trace [7, 8,"),
+    "static_window_no_roll": (MISTRAL, "static", "sdpa", "parity", "first K/V divergence at layer 0"),
+    "fp8_scale_drift": (LLAMA, "quantized", "sdpa", "quantized_kv", "layer 0, position 13 (keys): the dequantized cache differs"),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("fault", sorted(PATH_FAULTS))
+def test_planted_path_fault_fails_its_check(runner, fault, dtype):
+    spec, cache, attn, check, located = PATH_FAULTS[fault]
+    if check == "beam" and dtype != "float32":
+        pytest.skip("beam search is compared in float32 cells only")
+    with planted(fault):
+        results = run_checks(runner, spec, dtype, cache, attn)
+    assert not results[check].passed, f"{fault} in {dtype}: {check} passed: {results[check].message}"
+    assert located in results[check].message, results[check].message
