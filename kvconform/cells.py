@@ -54,8 +54,12 @@ def check_applies(check: str, cell: Cell) -> bool:
         return True
     if check in FLOAT32_CHECKS and cell.dtype != "float32":
         return False
-    if check == "beam" and cell.cache == QUANTIZED:
-        return False  # the fp8 cache changes scores by design; its beams are not expected to equal the uncached ones
+    if check == "beam" and cell.cache != "dynamic":
+        # Static layers reorder with the same CacheLayerMixin.reorder_cache as dynamic ones (README, "Performance");
+        # the fp8 cache changes scores by design, so its beams are not expected to equal the uncached ones.
+        return False
+    if check == "padded_generate" and cell.attn != cell.model_attn:
+        return False  # the ragged path already decodes a left-padded batch with this attention (README, "Performance")
     if check == "quantized_kv":
         return cell.cache == QUANTIZED
     if check == "attn_agreement":
@@ -80,7 +84,8 @@ def expand_cells(matrix: Matrix, model_attention: Callable[[ModelSpec], str] | N
         for device in settings.devices:
             for dtype in settings.dtypes:
                 for cache in settings.caches:
-                    for attn in attentions:
+                    # The fp8 layer hands dequantized K/V to whatever attention runs: one attention suffices.
+                    for attn in attentions if cache != QUANTIZED else [a for a in attentions if a == model_attn][:1]:
                         cell = Cell(spec, dtype, device, cache, attn, model_attn)
                         if not cell.is_variant or settings.variant_dtypes is None or dtype in settings.variant_dtypes:
                             cells.append(cell)
