@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from kvconform.cells import Cell, check_applies, expand_cells, shard
+from kvconform.known_failures import ExpectedFailure, known_failure
 from kvconform.matrix import Matrix, MatrixError, ModelSpec, load_matrix
 from kvconform.results import SCHEMA_VERSION
 
@@ -85,8 +86,9 @@ def _share_cores(workers: int) -> None:
 
 def resolve_matrix(config: pytest.Config) -> Matrix:
     """The matrix file, narrowed by --model/--dtype/--device/--cache/--shard."""
+    from kvconform.architecture_table import load_architecture_table
     from kvconform.cli_models import specs_from_cli
-    from kvconform.synthetic import causal_lm_model_types, load_architecture_table
+    from kvconform.synthetic import causal_lm_model_types
 
     path = Path(config.getoption("matrix") or Path(config.rootpath) / "model_matrix.yaml")
     matrix = load_matrix(path, known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1])
@@ -159,9 +161,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         missing = _device_missing(cell.device)
         if missing:
             item.add_marker(pytest.mark.skip(reason=missing))
-        reason = _xfail_reason(cell, _check_of(item))
-        if reason:
-            item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
+        known = known_failure(cell.spec.xfail, _check_of(item), cell.dtype)
+        if known is not None:
+            # Strict and precise: only the expected failure (raised as ExpectedFailure) is an xfail.
+            item.add_marker(pytest.mark.xfail(reason=known.label, strict=True, raises=ExpectedFailure))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -197,15 +200,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByModel(config, log)
 
 
-def _xfail_reason(cell: Cell, check: str) -> str | None:
-    """Matrix xfail keys: ``check``, ``check@dtype``, ``*`` or ``*@dtype``."""
-    xfail = cell.spec.xfail
-    for key in (f"{check}@{cell.dtype}", check, f"*@{cell.dtype}", "*"):
-        if key in xfail:
-            return xfail[key]
-    return None
-
-
 def _device_missing(device: str) -> str | None:
     import torch
 
@@ -218,6 +212,8 @@ def _device_missing(device: str) -> str | None:
 
 # ----------------------------------------------------------------------------------------- results
 
+#: How pytest's longrepr starts when a strict xfail passed.
+XPASS_STRICT = "[XPASS(strict)]"
 _PARAM = re.compile(r"^(?P<test>[^\[]+)\[(?P<cell>.*)\]$")
 
 
@@ -237,16 +233,20 @@ def _outcome(report: pytest.TestReport) -> str | None:
     if report.when == "call":
         if hasattr(report, "wasxfail"):
             return "xfail" if report.skipped else "xpass"
+        if report.failed and str(report.longrepr or "").startswith(XPASS_STRICT):
+            return "xpass"
         return {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
     return "error" if report.failed else None
 
 
 def _message(report: pytest.TestReport, verdict: dict[str, Any] | None) -> str:
+    text = str(report.longrepr or "")
+    if text.startswith(XPASS_STRICT):
+        return f"the known failure no longer occurs: remove its entry from the matrix ({text.removeprefix(XPASS_STRICT).strip()})"
     if verdict is not None:
         return verdict["message"]
     if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
-    text = str(report.longrepr or "")
     lines = [line for line in text.splitlines() if line.startswith("E ")] or text.splitlines()[-3:]
     return "\n".join(line.removeprefix("E ").strip() for line in lines)[:4000]
 

@@ -8,8 +8,8 @@ from typing import Any, Callable
 
 from kvconform.cells import Cell, check_applies
 from kvconform.geometry import CacheGeometry, cache_geometry, explain
-from kvconform.models import load_master
-from kvconform.probe import ProbePlan, ProbeRecord, cast_model, run_probe
+from kvconform.models import load_master, model_in_dtype
+from kvconform.probe import ProbePlan, ProbeRecord, run_probe
 
 
 @dataclass
@@ -35,6 +35,7 @@ class CellRunner:
     _master: Any = None
     _load_error: BaseException | None = None
     _load_s: float = 0.0
+    _by_dtype: dict[tuple[str, str], Any] = field(default_factory=dict)
 
     def outcome(self, cell: Cell) -> CellOutcome:
         if cell.id not in self.outcomes:
@@ -43,7 +44,7 @@ class CellRunner:
 
     def _master_for(self, cell: Cell) -> Any:
         if self._model_id != cell.spec.id:
-            self._model_id, self._master, self._load_error = cell.spec.id, None, None
+            self._model_id, self._master, self._load_error, self._by_dtype = cell.spec.id, None, None, {}
             start = time.perf_counter()
             try:
                 self.loads += 1
@@ -54,6 +55,13 @@ class CellRunner:
         if self._load_error is not None:
             raise self._load_error
         return self._master
+
+    def _model_in_dtype(self, master: Any, cell: Cell) -> Any:
+        """One model per dtype and device of the current master (its cells run one after another)."""
+        key = (cell.dtype, cell.device)
+        if key not in self._by_dtype:
+            self._by_dtype = {key: model_in_dtype(master, cell.dtype, cell.device)}
+        return self._by_dtype[key]
 
     def _run(self, cell: Cell) -> CellOutcome:
         try:
@@ -69,7 +77,7 @@ class CellRunner:
             locate_tolerance=cell.tolerance,
         )
         try:
-            model = master if _already_placed(master, cell) else cast_model(master, cell.dtype, cell.device)
+            model = master if _already_placed(master, cell) else self._model_in_dtype(master, cell)
             if self.on_model is not None:
                 self.on_model(model)
             record = run_probe(model, plan)
