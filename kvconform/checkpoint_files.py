@@ -22,7 +22,7 @@ def read_config(folder: str | Path) -> dict[str, Any]:
     """``folder/config.json`` as a dict; raise :class:`CheckpointFileError` naming the file otherwise."""
     path = Path(folder) / "config.json"
     if not path.is_file():
-        raise CheckpointFileError(f"{path}: not found; a transformers checkpoint folder holds a config.json")
+        raise CheckpointFileError(f"{folder}: no config.json found in this folder (a transformers checkpoint folder holds one)")
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
