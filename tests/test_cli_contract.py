@@ -330,6 +330,14 @@ def test_complete_run_is_marked_complete(tmp_path: Path) -> None:
     assert "Incomplete" not in (run.report_dir / "conformance.md").read_text()
 
 
+def test_run_stopped_by_exitfirst_is_marked_incomplete(tmp_path: Path) -> None:
+    """-x stops at broken-llama's first error: its other 4 checks never run."""
+    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "-q", "-x")
+    assert run.ret == 1, run.output[-4000:]
+    assert run.doc()["run"] == {"complete": False, "stopped": "stopped early (stopping after 1 failures)", "planned": 20,
+                                "never_ran": 4, "cells_never_ran": 1, "shard": None, "empty_shard": False}
+
+
 def test_diff_against_an_interrupted_report_exits_1(sigint_run: Run, tmp_path: Path) -> None:
     base = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "-q")
     assert base.ret == 1 and base.doc()["run"]["complete"], base.output[-4000:]  # broken-llama errors, as in main.yaml
