@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from kvconform.cells import Cell, check_applies, expand_cells, shard, untestable
-from kvconform.matrix import Matrix, MatrixError, ModelSpec, load_matrix
+from kvconform.matrix import Matrix, MatrixError, load_matrix
 from kvconform.results import SCHEMA_VERSION
 
 RESULT_KEY = "kvconform_result"
@@ -45,6 +45,11 @@ class KvconformState:
     @property
     def is_worker(self) -> bool:
         return hasattr(self.config, "workerinput")
+
+    @property
+    def empty_shard(self) -> bool:
+        """``--shard I/N`` left this run without models (more shards than models)."""
+        return bool(self.config.getoption("shard")) and not self.matrix.models
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -188,9 +193,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _plan(state: KvconformState, nodeids: list[str]) -> None:
     """Record the conformance tests about to run, so a report can count those that never did."""
-    keys = {(cell_id, check) for parsed in map(_parse_nodeid, nodeids) if parsed
-            for check, cell_id in [parsed] if cell_id in state.cells_by_id}
-    state.planned = (state.planned or set()) | keys
+    parsed = [found for found in map(_parse_nodeid, nodeids) if found and found[1] in state.cells_by_id]
+    state.planned = (state.planned or set()) | {(cell_id, check) for check, cell_id in parsed}
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -343,12 +347,11 @@ def build_document(state: KvconformState, stopped: str | None = None) -> dict[st
     from kvconform.run_status import run_field
 
     config = state.config
-    shard_text = config.getoption("shard")
     return {
         "schema_version": SCHEMA_VERSION,
         "environment": describe_environment(Path(config.rootpath), state.matrix.path),
         "run": run_field(planned=state.planned, finished=[(row["cell_id"], row["check"]) for row in state.results.values()],
-                         stopped=stopped, shard=shard_text, empty_shard=bool(shard_text) and not state.matrix.models),
+                         stopped=stopped, shard=config.getoption("shard"), empty_shard=state.empty_shard),
         "excluded": [
             {"id": model_type, "model_type": model_type, "reason": reason}
             for model_type, reason in sorted(state.matrix.excluded.items())
@@ -368,7 +371,7 @@ def _stopped(session: pytest.Session, exitstatus: int) -> str | None:
 
 def _has_report(state: KvconformState) -> bool:
     """Reports are written when conformance tests ran or were planned, and for an empty shard."""
-    return bool(state.results or state.planned or (state.config.getoption("shard") and not state.matrix.models))
+    return bool(state.results or state.planned or state.empty_shard)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -413,7 +416,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             write(f"  {model_type}: {reason}")
     if state.matrix.unmatched:
         write("sweep exclude/xfail entries naming no model_type of this transformers release: " + ", ".join(state.matrix.unmatched))
-    if config.getoption("shard") and not state.matrix.models:
+    if state.empty_shard:
         write(f"shard {config.getoption('shard')} holds no models of the matrix: nothing ran (the report says so)")
     if state.incomplete:
         write(f"kvconform: {state.incomplete}", yellow=True, bold=True)
