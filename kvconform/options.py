@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from kvconform.matrix import CACHES, DEVICES, DTYPES, MatrixError, ModelSpec, unknown_message
 
+GPU_HINT = " (for a GPU pass --device cuda and choose which one with CUDA_VISIBLE_DEVICES={index})"
 #: Option name -> (Settings field, allowed values).
 NARROWING = {"--dtype": ("dtypes", DTYPES), "--device": ("devices", DEVICES), "--cache": ("caches", CACHES)}
 
@@ -19,7 +20,9 @@ def check_choices(option: str, values: list[str]) -> tuple[str, ...]:
     allowed = NARROWING[option][1]
     for value in values:
         if value not in allowed:
-            raise MatrixError(unknown_message(f"{option}: unknown value", value, allowed))
+            gpu = option == "--device" and (value == "gpu" or value.startswith("cuda:"))
+            hint = GPU_HINT.format(index=value.partition(":")[2] or "N") if gpu else ""
+            raise MatrixError(unknown_message(f"{option}: unknown value", value, allowed) + hint)
     return tuple(dict.fromkeys(values))
 
 

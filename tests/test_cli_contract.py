@@ -128,7 +128,9 @@ def test_pickle_refusal_names_the_matrix_field_and_the_option() -> None:
 BAD_OPTIONS = {
     "dtype": (["--dtype", "float8"], "--dtype: unknown value 'float8'. Did you mean: float32, float16, bfloat16? "
                                      "Available: bfloat16, float16, float32"),
-    "device-index": (["--device", "cuda:7"], "--device: unknown value 'cuda:7'. Did you mean: cuda? Available: cpu, cuda, mps"),
+    "device-index": (["--device", "cuda:7"], "--device: unknown value 'cuda:7'. Did you mean: cuda? Available: cpu, cuda, "
+                                             "mps (for a GPU pass --device cuda and choose which one with "
+                                             "CUDA_VISIBLE_DEVICES=7)"),
     "device-name": (["--device", "gpu"], "--device: unknown value 'gpu'."),
     "cache": (["--cache", "bogus"], "--cache: unknown value 'bogus'. Available: dynamic, static"),
     "dtype-without-tolerance": (["--dtype", "float16"], "--dtype float16: model 'llama-gqa' has no parity tolerance"),
