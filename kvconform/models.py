@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
@@ -20,6 +19,7 @@ from typing import Any
 
 import torch
 
+from kvconform.checkpoint_files import check_safetensors_files, read_config
 from kvconform.matrix import ModelSpec
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -116,7 +116,8 @@ def check_weight_safety(files: list[str], spec: ModelSpec, where: str) -> None:
     if pickled and not safe and not spec.allow_pickle:
         raise ModelRefused(
             f"{spec.id}: {where} has only pickle weights ({', '.join(sorted(pickled)[:3])}); unpickling can run code. "
-            "Convert to safetensors, or set 'allow_pickle: true' on the matrix entry if you trust the files"
+            "Convert to safetensors, or if you trust the files set 'allow_pickle: true' on the matrix entry "
+            "(or pass --allow-pickle with --model)"
         )
 
 
@@ -127,8 +128,9 @@ def _load_folder(spec: ModelSpec) -> torch.nn.Module:
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise ModelUnavailable(f"{spec.id}: {folder} has no config.json; is it a transformers checkpoint folder?")
-    check_config_safety(json.loads(config_file.read_text()), spec, str(config_file))
+    check_config_safety(read_config(folder), spec, str(config_file))
     check_weight_safety([p.name for p in folder.iterdir()], spec, str(folder))
+    check_safetensors_files(folder)
     options = {"trust_remote_code": spec.trust_remote_code, "use_safetensors": None if spec.allow_pickle else True}
     return _with_reloader(folder, options, spec)
 
@@ -248,7 +250,7 @@ def _load_hub(spec: ModelSpec) -> torch.nn.Module:
         how = f"hf download {spec.location}" + (f" --revision {spec.revision}" if spec.revision else "")
         mode = "offline (HF_HUB_OFFLINE=1) and not in the local cache" if offline else f"not reachable ({type(exc).__name__})"
         raise ModelUnavailable(f"{spec.id}: hub id {spec.location!r} is {mode}; fetch it on a connected machine with `{how}`") from None
-    check_config_safety(json.loads(Path(config_path).read_text()), spec, f"hub {spec.location} config.json")
+    check_config_safety(read_config(Path(config_path).parent), spec, f"hub {spec.location} config.json")
     options = {
         "revision": spec.revision, "local_files_only": offline, "trust_remote_code": spec.trust_remote_code,
         "use_safetensors": None if spec.allow_pickle else True,

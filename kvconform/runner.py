@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kvconform.cells import Cell, check_applies
+from kvconform.cells import Cell, check_applies, untestable
 from kvconform.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.models import load_master, model_in_dtype
 from kvconform.probe import ProbePlan, ProbeRecord, run_probe
@@ -73,7 +73,7 @@ class CellRunner:
             batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
             seed=settings.seed, cache=cell.cache, device=cell.device,
             generate=check_applies("generate", cell),
-            ragged=settings.ragged, prefix_reuse=settings.prefix_reuse,
+            ragged=settings.ragged and untestable("ragged", cell) is None, prefix_reuse=settings.prefix_reuse,
             locate_tolerance=cell.tolerance,
         )
         try:

@@ -19,6 +19,7 @@ from kvconform.cache_io import (
     LayerState, forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length, snapshot_layers,
 )
 from kvconform.reference_health import TopkTies
+from kvconform.cells import ragged_row_lengths
 
 
 @dataclass
@@ -85,7 +86,7 @@ def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
     device = input_device(model)
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
     batch, width = prompt.shape
-    lengths = [max(2, width - row) for row in range(batch)]
+    lengths = ragged_row_lengths(batch, width)
     mask = torch.zeros_like(prompt)
     for row, length in enumerate(lengths):
         mask[row, width - length :] = 1

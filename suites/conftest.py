@@ -28,6 +28,8 @@ def outcome(cell: Cell, request: pytest.FixtureRequest) -> CellOutcome:
             timings.update({k: round(v, 4) for k, v in result.record.timings.items()})
         request.node.user_properties.append((TIMING_KEY, timings))
     if isinstance(result.error, ModelUnavailable):
+        if request.config.getoption("require_models"):
+            pytest.fail(f"{result.error} (--require-models: a missing model fails its cells)", pytrace=False)
         pytest.skip(str(result.error))
     if result.error is not None:
         kind = "refused" if isinstance(result.error, ModelRefused) else f"{type(result.error).__name__}"
