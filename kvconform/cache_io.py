@@ -42,6 +42,24 @@ def returned_cache(output: Any, passed: Any = None) -> Any:
     return passed
 
 
+def forward_keeping_cache(model: torch.nn.Module, keyword: str, cache: Any, **inputs: Any) -> tuple[Any, Any]:
+    """A ``use_cache`` forward and the cache to feed back next.
+
+    A model that returns no cache object (recurrent_gemma keeps its state inside the layers) gets an
+    explicit ``DynamicCache(config=...)``, which it then updates; without one every later step
+    would restart from an empty state.
+    """
+    output = model(use_cache=True, **inputs, **({keyword: cache} if cache is not None else {}))
+    returned = returned_cache(output, cache)
+    if returned is None:
+        from transformers import DynamicCache
+
+        returned = DynamicCache(config=model.config)
+        output = model(use_cache=True, **inputs, **{keyword: returned})
+        returned = returned_cache(output, returned)
+    return returned, output
+
+
 def make_prompt(batch_size: int, prompt_length: int, seed: int, vocab_size: int, device: torch.device) -> torch.Tensor:
     """Seeded random prompts, a different one per batch row."""
     generator = torch.Generator().manual_seed(seed)

@@ -67,6 +67,21 @@ def check_applies(check: str, cell: Cell) -> bool:
     return bool(getattr(cell.spec.settings, check))
 
 
+def ragged_row_lengths(batch_size: int, prompt_length: int) -> list[int]:
+    """Unpadded prompt lengths of the ragged path's rows: P, P-1, … (at least 2 tokens each)."""
+    return [max(2, prompt_length - row) for row in range(batch_size)]
+
+
+def untestable(check: str, cell: Cell) -> str | None:
+    """Why an enabled check could not fail on ``cell`` (it is skipped with this reason), or ``None``."""
+    settings = cell.spec.settings
+    lengths = ragged_row_lengths(settings.batch_size, settings.prompt_length)
+    if check == "ragged" and len(set(lengths)) < 2:
+        return (f"ragged: batch_size {settings.batch_size} and prompt_length {settings.prompt_length} give rows of "
+                f"lengths {lengths}, so no row is padded; it needs batch_size >= 2 and prompt_length >= 3")
+    return None
+
+
 def expand_cells(matrix: Matrix, model_attention: Callable[[ModelSpec], str] | None = None) -> list[Cell]:
     """Every cell of the matrix, grouped by model (a model's cells stay together).
 
@@ -95,5 +110,5 @@ def expand_cells(matrix: Matrix, model_attention: Callable[[ModelSpec], str] | N
 def shard(matrix: Matrix, index: int, count: int) -> Matrix:
     """The ``index``-th of ``count`` deterministic shards, split by model (1-based index)."""
     if not 1 <= index <= count:
-        raise ValueError(f"--shard {index}/{count}: the index must be between 1 and {count}")
+        raise ValueError(f"shard {index}/{count}: need count >= 1 and 1 <= index <= count")
     return replace(matrix, models=tuple(m for n, m in enumerate(matrix.models) if n % count == index - 1))

@@ -50,12 +50,28 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
         argmax_note,
         "per-step max |Δ|: " + ", ".join(f"{d:.2e}" for d in deltas),
     ]
-    if record.divergence is not None:
+    details["diagnosis"] = diagnosis = _diagnosis(record)
+    if record.topk_ties is not None:
+        lines.append(f"not a cache fault: {record.topk_ties.describe()}")
+    if record.prefix_instability is not None:
+        lines.append(f"not a cache fault: {record.prefix_instability.describe()}, so no cache can match it")
+    # Only a sound reference lets the K/V localization blame the cache.
+    if diagnosis == "cache fault" and record.divergence is not None:
         lines.append(record.divergence.describe())
         details["divergence"] = record.divergence.describe()
-    elif record.located:
+    elif diagnosis == "cache fault" and record.located:
         lines.append("stored K/V match a fresh pass at every layer and position: suspect the attention mask or positions")
+    lines[0] = f"[{diagnosis}] " + lines[0]
     return CheckResult("parity", False, measured, shown_limit, "\n".join(lines), details)
+
+
+def _diagnosis(record: ProbeRecord) -> str:
+    """What kind of failure this is: only ``cache fault`` blames the cache."""
+    if record.topk_ties is not None:
+        return "top-k ties"
+    if record.prefix_instability is not None:
+        return "not prefix-stable"
+    return "cache fault"
 
 
 def _limit_text(tolerance: Tolerance, record: ProbeRecord) -> str:
@@ -257,6 +273,9 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
             f"{path.worst_step}, batch row {path.worst_row}) > limit {limit:.3g}; per-step max |Δ|: "
             + ", ".join(f"{d:.2e}" for d in path.step_max_abs_delta)
         )
+        details["diagnosis"] = "top-k ties" if path.topk_ties is not None else "cache fault"
+        if path.topk_ties is not None:
+            problems.append(f"[top-k ties] not a cache fault: {path.topk_ties.describe()}")
     expected = [path.first_length + k for k in range(len(path.seq_lengths))]
     if any(length is not None for length in path.seq_lengths) and path.seq_lengths != expected:
         problems.append(f"get_seq_length() trace {path.seq_lengths}, expected {expected}")

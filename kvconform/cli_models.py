@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kvconform.checkpoint_files import CheckpointFileError, check_safetensors_files, read_config, weight_files
 from kvconform.matrix import Matrix, MatrixError, ModelSpec, Settings
 
 
@@ -16,22 +17,57 @@ def _model_id(argument: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-").lower() or "model"
 
 
+def _is_hub_id(argument: str) -> bool:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(argument)
+    except HFValidationError:
+        return False
+    return True
+
+
 def spec_from_argument(argument: str, defaults: Settings, *, revision: str | None = None,
                        trust_remote_code: bool = False, allow_pickle: bool = False) -> ModelSpec:
-    """A local folder, a ``.gguf`` file, or else a hub id."""
+    """A local folder, a ``.gguf`` file, or else a hub id; a local path must hold a model (``MatrixError`` if not)."""
     path = Path(argument).expanduser()
     if argument.endswith(".gguf"):
         source = "gguf"
-    elif path.is_dir() or argument.startswith((".", "/", "~")):
+    elif path.exists() or argument.startswith((".", "/", "~")) or not _is_hub_id(argument):
         source = "checkpoint"
     else:
         source = "hub"
     if revision and source != "hub":
         raise MatrixError(f"--revision applies to hub ids only, not to {source} {argument!r}")
+    if source != "hub":
+        _check_local(argument, path, source)
     return ModelSpec(
         id=_model_id(argument), source=source, location=str(path) if source != "hub" else argument,
         settings=defaults, revision=revision, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
     )
+
+
+def _check_local(argument: str, path: Path, source: str) -> None:
+    """A local ``--model`` must exist and hold a model: a .gguf file, or a folder with config.json and weights."""
+    expected = "a checkpoint folder with config.json and weights, a .gguf file, or a hub id such as org/name"
+    where = f"--model {argument}"
+    if not path.exists():
+        raise MatrixError(f"{where}: no such file or folder (expected {expected})")
+    if source == "gguf":
+        if not path.is_file():
+            raise MatrixError(f"{where}: not a file (expected a .gguf file)")
+        return
+    if not path.is_dir():
+        raise MatrixError(f"{where}: a file, not a checkpoint folder (expected {expected})")
+    if not (path / "config.json").is_file():
+        raise MatrixError(f"{where}: the folder has no config.json (expected {expected})")
+    try:
+        read_config(path)
+        if not weight_files(path):
+            raise MatrixError(f"{where}: {path} holds no weights (*.safetensors, or pickle *.bin with --allow-pickle)")
+        check_safetensors_files(path)
+    except CheckpointFileError as exc:
+        raise MatrixError(f"{where}: {exc}") from None
 
 
 def specs_from_cli(config: pytest.Config, matrix: Matrix) -> tuple[ModelSpec, ...]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvconform.architecture_table import cache_layout_facts
+
 #: Layer types that keep K/V per token, and how many tokens they keep.
 FULL, SLIDING, NO_KV = "full", "sliding", "no_kv"
 _LAYER_TYPE_KIND = {
@@ -92,9 +94,11 @@ def _get(config: Any, *names: str) -> Any:
     return None
 
 
-def kv_heads(config: Any) -> tuple[int, str]:
-    """KV heads after GQA/MQA, with the evidence used."""
+def kv_heads(config: Any, sliding: bool = False) -> tuple[int, str]:
+    """KV heads after GQA/MQA, with the evidence used (sliding layers read ``swa_num_key_value_heads`` if set)."""
     query = int(_get(config, "num_attention_heads", "n_head", "num_heads"))
+    if sliding and _get(config, "swa_num_key_value_heads"):
+        return int(config.swa_num_key_value_heads), "swa_num_key_value_heads (sliding layer)"
     if getattr(config, "kv_lora_rank", None):
         return 1, "MLA latent cache (kv_lora_rank set): one shared latent 'head'"
     if getattr(config, "new_decoder_architecture", None) and _get(config, "num_kv_heads"):
@@ -107,8 +111,11 @@ def kv_heads(config: Any) -> tuple[int, str]:
     return query, "num_attention_heads (no KV-head field: MHA)"
 
 
-def head_dims(config: Any) -> tuple[int, int, str]:
-    """(K head dim, V head dim, evidence): MLA latents have K and V of different widths."""
+def head_dims(config: Any, sliding: bool = False) -> tuple[int, int, str]:
+    """(K head dim, V head dim, evidence): MLA latents have K and V of different widths; sliding layers
+    read ``swa_head_dim`` if set."""
+    if sliding and _get(config, "swa_head_dim"):
+        return int(config.swa_head_dim), int(config.swa_head_dim), "swa_head_dim (sliding layer)"
     rank = getattr(config, "kv_lora_rank", None)
     if rank:
         rope = int(_get(config, "qk_rope_head_dim") or 0)
@@ -154,13 +161,18 @@ def _layer_configs(text: Any) -> list[Any]:
 
 
 def _cache_order(text: Any, count: int) -> list[int]:
-    """Config layer index of each cache slot: looped recurrent blocks keep one cache per loop."""
+    """Config layer index of each cache slot: looped recurrent blocks keep one cache per loop, the copies
+    for loops 1, 2, … appended after the model's own layers (as DoryModel.forward appends them)."""
     loops = getattr(text, "n_recurrent_loops", None)
     if not loops or getattr(text, "recurrent_kv_cache_mode", None) != "per_loop":
         return list(range(count))
     first, recurrent = int(text.n_input_layers), int(text.n_recurrent_layers)
-    looped = [first + i for _ in range(int(loops)) for i in range(recurrent)]
-    return list(range(first)) + looped + list(range(first + recurrent, count))
+    return list(range(count)) + [first + i for _ in range(int(loops) - 1) for i in range(recurrent)]
+
+
+def _declared_layout(text: Any) -> dict[str, Any]:
+    """Cache-layout facts a model hard-codes instead of stating in its config (``architectures.yaml``)."""
+    return cache_layout_facts().get(getattr(text, "model_type", ""), {})
 
 
 def cache_geometry(config: Any) -> CacheGeometry:
@@ -176,8 +188,9 @@ def cache_geometry(config: Any) -> CacheGeometry:
         if kind == NO_KV:
             layers.append(LayerGeometry(index=slot, kind=kind, reason=reason))
             continue
-        heads, _ = kv_heads(layer_config)
-        k_dim, v_dim, _ = head_dims(layer_config)
+        heads, _ = kv_heads(layer_config, sliding=kind == SLIDING)
+        heads *= _declared_layout(text).get(f"{kind}_kv_heads_multiplier", 1)
+        k_dim, v_dim, _ = head_dims(layer_config, sliding=kind == SLIDING)
         layers.append(LayerGeometry(slot, kind, reason, heads, k_dim, v_dim, window))
     query = int(_get(layer_configs[0], "num_attention_heads", "n_head", "num_heads") or 0)
     return CacheGeometry(layers=tuple(layers), query_heads=query)

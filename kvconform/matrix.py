@@ -13,6 +13,8 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from kvconform.known_failures import KnownFailure, parse_known_failure
+
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda", "mps")
 CACHES = ("dynamic", "static", "quantized")
@@ -97,8 +99,8 @@ class ModelSpec:
     """Allow the checkpoint's own Python code to run. Off unless the entry opts in."""
     allow_pickle: bool = False
     """Allow pickle weight files (``.bin``/``.pt``). Off unless the entry opts in."""
-    xfail: Mapping[str, str] = field(default_factory=dict)
-    """Known failures: check name (or ``"*"``) -> the evidence, kept visible as xfail."""
+    xfail: Mapping[str, KnownFailure] = field(default_factory=dict)
+    """Known failures: ``check``, ``check@dtype``, ``*`` or ``*@dtype`` -> the failure expected and why."""
     device_map: str | None = None
     max_memory: Mapping[str, str] | None = None
 
@@ -300,11 +302,15 @@ def _gguf_location(value: Any, label: str) -> str:
     raise MatrixError(f"{label}: field 'gguf' needs either 'path' or both 'package' and 'file'")
 
 
-def _parse_xfail(raw: Any, label: str) -> dict[str, str]:
+def _parse_xfail(raw: Any, label: str) -> dict[str, KnownFailure]:
     _expect(raw, dict, label, "xfail")
-    for check, reason in raw.items():
-        _expect(reason, str, label, f"xfail.{check}")
-    return dict(raw)
+    parsed = {}
+    for key, entry in raw.items():
+        try:
+            parsed[str(key)] = parse_known_failure(entry, f"{label}: xfail.{key}")
+        except ValueError as exc:
+            raise MatrixError(str(exc)) from None
+    return parsed
 
 
 def _parse_model(entry: Mapping[str, Any], defaults: Settings, label: str, known_types: list[str]) -> ModelSpec:
@@ -365,7 +371,7 @@ def _expand_sweep(
         left_out[model_type] = _expect(reason, str, label, f"exclude.{model_type}")
     xfails = _expect(entry.get("xfail", {}), dict, label, "xfail")
     for model_type, checks in xfails.items():
-        _parse_xfail(checks, f"{label}: xfail.{model_type}")
+        _parse_xfail(checks, f"{label}: {model_type}")
     settings = {k: entry[k] for k in SETTING_KEYS if k in entry}
     specs = [
         _parse_model(

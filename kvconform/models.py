@@ -6,18 +6,20 @@ once and cached on disk keyed by the file's content.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
-import json
 import os
 import shutil
 import tempfile
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from kvconform.checkpoint_files import check_safetensors_files, read_config
 from kvconform.matrix import ModelSpec
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -39,7 +41,7 @@ def cache_dir() -> Path:
 
 
 def load_master(spec: ModelSpec) -> torch.nn.Module:
-    """The model in float32, eval mode, ready to be cast per dtype."""
+    """The model in float32, eval mode; other dtypes come from ``model_in_dtype``."""
     loaders = {"synthetic": _build_synthetic, "checkpoint": _load_folder, "gguf": _load_gguf, "hub": _load_hub}
     try:
         model = loaders[spec.source](spec)
@@ -48,6 +50,42 @@ def load_master(spec: ModelSpec) -> torch.nn.Module:
         raise
     _release_offload_folders(model)
     return model.eval()
+
+
+#: How to load each master's weights again in another dtype (keyed weakly by the float32 master).
+_RELOADERS: weakref.WeakKeyDictionary[torch.nn.Module, Callable[[torch.dtype], torch.nn.Module]] = weakref.WeakKeyDictionary()
+
+
+def model_in_dtype(master: torch.nn.Module, dtype: str, device: str) -> torch.nn.Module:
+    """``master``'s weights in ``dtype`` on ``device``, made the way users make them.
+
+    float32 is the master itself (a copy off the CPU). Other dtypes come from
+    ``from_pretrained(..., dtype=...)`` on the same weights, so modules a model keeps in float32
+    (``_keep_in_fp32_modules``: routers, gates) and float32 buffers stay float32, unlike ``.to(dtype)``.
+    """
+    if dtype == "float32":
+        return master if device == "cpu" else copy.deepcopy(master).to(device)
+    reload = _RELOADERS.get(master) or _reload_from_saved(master)
+    return reload(getattr(torch, dtype)).eval().to(device)
+
+
+def _reload_from_saved(master: torch.nn.Module) -> Callable[[torch.dtype], torch.nn.Module]:
+    """Save a built (random-weight) master once and load it back per dtype."""
+    root = cache_dir() / "built"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix="model-", dir=root)
+    master.save_pretrained(folder, safe_serialization=True)
+    weakref.finalize(master, shutil.rmtree, folder, True)
+
+    def reload(dtype: torch.dtype) -> torch.nn.Module:
+        model, info = type(master).from_pretrained(folder, dtype=dtype, output_loading_info=True)
+        missing = info.get("missing_keys") or []
+        if missing:
+            raise RuntimeError(f"saved {type(master).__name__} did not load back whole (missing {sorted(missing)[:3]})")
+        return model
+
+    _RELOADERS[master] = reload
+    return reload
 
 
 def _build_synthetic(spec: ModelSpec) -> torch.nn.Module:
@@ -78,25 +116,32 @@ def check_weight_safety(files: list[str], spec: ModelSpec, where: str) -> None:
     if pickled and not safe and not spec.allow_pickle:
         raise ModelRefused(
             f"{spec.id}: {where} has only pickle weights ({', '.join(sorted(pickled)[:3])}); unpickling can run code. "
-            "Convert to safetensors, or set 'allow_pickle: true' on the matrix entry if you trust the files"
+            "Convert to safetensors, or if you trust the files set 'allow_pickle: true' on the matrix entry "
+            "(or pass --allow-pickle with --model)"
         )
 
 
 def _load_folder(spec: ModelSpec) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
-
     folder = Path(spec.location).expanduser()
     if not folder.is_dir():
         raise ModelUnavailable(f"{spec.id}: checkpoint folder {folder} does not exist (fix the path in the matrix or --model)")
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise ModelUnavailable(f"{spec.id}: {folder} has no config.json; is it a transformers checkpoint folder?")
-    check_config_safety(json.loads(config_file.read_text()), spec, str(config_file))
+    check_config_safety(read_config(folder), spec, str(config_file))
     check_weight_safety([p.name for p in folder.iterdir()], spec, str(folder))
-    return AutoModelForCausalLM.from_pretrained(
-        folder, dtype=torch.float32, trust_remote_code=spec.trust_remote_code,
-        use_safetensors=None if spec.allow_pickle else True, **_placement(spec),
-    )
+    check_safetensors_files(folder)
+    options = {"trust_remote_code": spec.trust_remote_code, "use_safetensors": None if spec.allow_pickle else True}
+    return _with_reloader(folder, options, spec)
+
+
+def _with_reloader(where: str | Path, options: dict[str, Any], spec: ModelSpec) -> torch.nn.Module:
+    """Load ``where`` in float32 and remember how to load it again in another dtype (one device, no offloading)."""
+    from transformers import AutoModelForCausalLM
+
+    master = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **options, **_placement(spec))
+    _RELOADERS[master] = lambda dtype: AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **options)
+    return master
 
 
 def _placement(spec: ModelSpec) -> dict[str, Any]:
@@ -157,13 +202,11 @@ def file_digest(path: Path) -> str:
 
 def _load_gguf(spec: ModelSpec) -> torch.nn.Module:
     """Dequantize once into a dense float32 safetensors folder keyed by the file's sha256, then load it."""
-    from transformers import AutoModelForCausalLM
-
     path = resolve_gguf(spec.location, spec.id)
     prepared = cache_dir() / "gguf" / file_digest(path)
     if not _is_prepared(prepared):
         _dequantize_gguf(path, prepared)
-    return AutoModelForCausalLM.from_pretrained(prepared, dtype=torch.float32, use_safetensors=True, **_placement(spec))
+    return _with_reloader(prepared, {"use_safetensors": True}, spec)
 
 
 def _is_prepared(folder: Path) -> bool:
@@ -198,7 +241,6 @@ def _dequantize_gguf(path: Path, target: Path) -> None:
 
 
 def _load_hub(spec: ModelSpec) -> torch.nn.Module:
-    from transformers import AutoModelForCausalLM
     from transformers.utils import cached_file
 
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
@@ -208,8 +250,9 @@ def _load_hub(spec: ModelSpec) -> torch.nn.Module:
         how = f"hf download {spec.location}" + (f" --revision {spec.revision}" if spec.revision else "")
         mode = "offline (HF_HUB_OFFLINE=1) and not in the local cache" if offline else f"not reachable ({type(exc).__name__})"
         raise ModelUnavailable(f"{spec.id}: hub id {spec.location!r} is {mode}; fetch it on a connected machine with `{how}`") from None
-    check_config_safety(json.loads(Path(config_path).read_text()), spec, f"hub {spec.location} config.json")
-    return AutoModelForCausalLM.from_pretrained(
-        spec.location, revision=spec.revision, dtype=torch.float32, local_files_only=offline,
-        trust_remote_code=spec.trust_remote_code, use_safetensors=None if spec.allow_pickle else True, **_placement(spec),
-    )
+    check_config_safety(read_config(Path(config_path).parent), spec, f"hub {spec.location} config.json")
+    options = {
+        "revision": spec.revision, "local_files_only": offline, "trust_remote_code": spec.trust_remote_code,
+        "use_safetensors": None if spec.allow_pickle else True,
+    }
+    return _with_reloader(spec.location, options, spec)

@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from kvconform.cells import Cell, check_applies, expand_cells, shard
-from kvconform.matrix import Matrix, MatrixError, ModelSpec, load_matrix
+from kvconform.cells import Cell, check_applies, expand_cells, shard, untestable
+from kvconform.known_failures import ExpectedFailure, known_failure
+from kvconform.matrix import Matrix, MatrixError, load_matrix
 from kvconform.results import SCHEMA_VERSION
 
 RESULT_KEY = "kvconform_result"
@@ -37,10 +38,21 @@ class KvconformState:
         self.cell_timings: dict[str, dict[str, Any]] = {}
         self.runner: Any = None
         self.written: list[Path] = []
+        #: ``(cell_id, check)`` of every collected conformance test (``None`` until collection finished).
+        self.planned: set[tuple[str, str]] | None = None
+        #: One-line problems met while writing at session end, printed in the terminal summary.
+        self.errors: list[str] = []
+        self.warnings: list[str] = []
+        self.incomplete: str | None = None
 
     @property
     def is_worker(self) -> bool:
         return hasattr(self.config, "workerinput")
+
+    @property
+    def empty_shard(self) -> bool:
+        """``--shard I/N`` left this run without models (more shards than models)."""
+        return bool(self.config.getoption("shard")) and not self.matrix.models
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -57,6 +69,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--attn", action="append", default=[], dest="kvconform_attentions", help="Only these attention implementations (sdpa, eager); repeatable")
     group.addoption("--trust-remote-code", action="store_true", help="Allow --model checkpoints to run their own code")
     group.addoption("--allow-pickle", action="store_true", help="Allow --model checkpoints with pickle weights")
+    group.addoption(
+        "--require-models", action="store_true",
+        help="Fail (instead of skip) the cells of a model that is not on this machine, e.g. a hub id missing offline",
+    )
     group.addoption("--shard", default=None, help="Run shard I/N of the models (e.g. 2/4), split deterministically by model")
     group.addoption("--list-models", action="store_true", help="Print the resolved matrix and the excluded architectures, then exit")
     group.addoption("--report-dir", default=None, help="Where conformance reports go (default: reports/ at the rootdir)")
@@ -72,9 +88,27 @@ def pytest_configure(config: pytest.Config) -> None:
     state = KvconformState(config, matrix)
     config.stash[STATE] = state
     if not state.is_worker:
+        _check_report_dir(config)
         config.pluginmanager.register(ResultCollector(state), "kvconform-results")
     if hasattr(config, "workerinput"):
         _share_cores(int(config.workerinput.get("workercount", 1)))
+
+
+def report_dir(config: pytest.Config) -> Path:
+    return Path(config.getoption("report_dir") or Path(config.rootpath) / "reports")
+
+
+def _check_report_dir(config: pytest.Config) -> None:
+    """Before any model runs: a report folder that cannot be written is a usage error, not a lost run."""
+    from kvconform.report_dir import report_dir_problem
+
+    if config.getoption("no_reports") or config.getoption("list_models"):
+        return
+    problem = report_dir_problem(report_dir(config))
+    if problem:
+        raise pytest.UsageError(
+            f"--report-dir {report_dir(config)}: cannot write reports there ({problem}); "
+            "pass a writable folder, or --no-reports")
 
 
 def _share_cores(workers: int) -> None:
@@ -87,32 +121,26 @@ def _share_cores(workers: int) -> None:
 
 
 def resolve_matrix(config: pytest.Config) -> Matrix:
-    """The matrix file, narrowed by --model/--dtype/--device/--cache/--shard."""
+    """The matrix file, narrowed by --model/--dtype/--device/--cache/--shard (each option checked first)."""
+    from kvconform.architecture_table import load_architecture_table
     from kvconform.cli_models import specs_from_cli
-    from kvconform.synthetic import causal_lm_model_types, load_architecture_table
+    from kvconform.options import NARROWING, check_choices, narrow, parse_shard
+    from kvconform.synthetic import causal_lm_model_types
 
+    wanted = {option: check_choices(option, config.getoption(f"kvconform_{field}"))
+              for option, (field, _) in NARROWING.items() if config.getoption(f"kvconform_{field}")}
+    shard_of = parse_shard(str(config.getoption("shard"))) if config.getoption("shard") else None
     path = Path(config.getoption("matrix") or Path(config.rootpath) / "model_matrix.yaml")
     matrix = load_matrix(path, known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1])
     if config.getoption("kvconform_models"):
         matrix = replace(matrix, models=specs_from_cli(config, matrix), excluded={})
-    narrowed = tuple(_narrow(spec, config) for spec in matrix.models)
-    matrix = replace(matrix, models=narrowed)
-    if config.getoption("shard"):
-        index, _, count = str(config.getoption("shard")).partition("/")
-        if not (index.isdigit() and count.isdigit()):
-            raise ValueError(f"--shard expects I/N such as 2/4, got {config.getoption('shard')!r}")
-        matrix = shard(matrix, int(index), int(count))
-    return matrix
-
-
-def _narrow(spec: ModelSpec, config: pytest.Config) -> ModelSpec:
-    settings = spec.settings
-    for option, name in (("kvconform_dtypes", "dtypes"), ("kvconform_devices", "devices"), ("kvconform_caches", "caches"),
-                         ("kvconform_attentions", "attentions")):
-        wanted = config.getoption(option)
-        if wanted:
-            settings = replace(settings, **{name: tuple(dict.fromkeys(wanted))})
-    return replace(spec, settings=settings)
+    narrowed = []
+    for spec in matrix.models:
+        for option, values in wanted.items():
+            spec = narrow(spec, option, values)
+        narrowed.append(spec)
+    matrix = replace(matrix, models=tuple(narrowed))
+    return shard(matrix, *shard_of) if shard_of else matrix
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -160,12 +188,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         cell = _cell_of(item)
         if cell is None:
             continue
-        missing = _device_missing(cell.device)
+        missing = _device_missing(cell.device) or untestable(_check_of(item), cell)
         if missing:
             item.add_marker(pytest.mark.skip(reason=missing))
-        reason = _xfail_reason(cell, _check_of(item))
-        if reason:
-            item.add_marker(pytest.mark.xfail(reason=reason, strict=False))
+        known = known_failure(cell.spec.xfail, _check_of(item), cell.dtype)
+        if known is not None:
+            # Strict and precise: only the expected failure (raised as ExpectedFailure) is an xfail.
+            item.add_marker(pytest.mark.xfail(reason=known.label, strict=True, raises=ExpectedFailure))
+
+
+def _plan(state: KvconformState, nodeids: list[str]) -> None:
+    """Record the conformance tests about to run, so a report can count those that never did."""
+    parsed = [found for found in map(_parse_nodeid, nodeids) if found and found[1] in state.cells_by_id]
+    state.planned = (state.planned or set()) | {(cell_id, check) for check, cell_id in parsed}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    state = session.config.stash.get(STATE, None)
+    if state is not None and not state.is_worker:
+        _plan(state, [item.nodeid for item in session.items])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """Under xdist the controller collects nothing itself; each worker sends its test ids."""
+    _plan(node.config.stash[STATE], ids)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -201,15 +248,6 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return ByModel(config, log)
 
 
-def _xfail_reason(cell: Cell, check: str) -> str | None:
-    """Matrix xfail keys: ``check``, ``check@dtype``, ``*`` or ``*@dtype``."""
-    xfail = cell.spec.xfail
-    for key in (f"{check}@{cell.dtype}", check, f"*@{cell.dtype}", "*"):
-        if key in xfail:
-            return xfail[key]
-    return None
-
-
 def _device_missing(device: str) -> str | None:
     import torch
 
@@ -222,6 +260,8 @@ def _device_missing(device: str) -> str | None:
 
 # ----------------------------------------------------------------------------------------- results
 
+#: How pytest's longrepr starts when a strict xfail passed.
+XPASS_STRICT = "[XPASS(strict)]"
 _PARAM = re.compile(r"^(?P<test>[^\[]+)\[(?P<cell>.*)\]$")
 
 
@@ -241,16 +281,20 @@ def _outcome(report: pytest.TestReport) -> str | None:
     if report.when == "call":
         if hasattr(report, "wasxfail"):
             return "xfail" if report.skipped else "xpass"
+        if report.failed and str(report.longrepr or "").startswith(XPASS_STRICT):
+            return "xpass"
         return {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
     return "error" if report.failed else None
 
 
 def _message(report: pytest.TestReport, verdict: dict[str, Any] | None) -> str:
+    text = str(report.longrepr or "")
+    if text.startswith(XPASS_STRICT):
+        return f"the known failure no longer occurs: remove its entry from the matrix ({text.removeprefix(XPASS_STRICT).strip()})"
     if verdict is not None:
         return verdict["message"]
     if report.skipped and isinstance(report.longrepr, tuple):
         return str(report.longrepr[2]).removeprefix("Skipped: ")
-    text = str(report.longrepr or "")
     lines = [line for line in text.splitlines() if line.startswith("E ")] or text.splitlines()[-3:]
     return "\n".join(line.removeprefix("E ").strip() for line in lines)[:4000]
 
@@ -300,14 +344,17 @@ def _row(cell: Cell, check: str, nodeid: str) -> dict[str, Any]:
     }
 
 
-def build_document(state: KvconformState) -> dict[str, Any]:
-    """The ``conformance.json`` document of this run."""
+def build_document(state: KvconformState, stopped: str | None = None) -> dict[str, Any]:
+    """The ``conformance.json`` document of this run; ``stopped`` says why it ended early, if it did."""
     from kvconform.environment import describe_environment
+    from kvconform.run_status import run_field
 
     config = state.config
     return {
         "schema_version": SCHEMA_VERSION,
         "environment": describe_environment(Path(config.rootpath), state.matrix.path),
+        "run": run_field(planned=state.planned, finished=[(row["cell_id"], row["check"]) for row in state.results.values()],
+                         stopped=stopped, shard=config.getoption("shard"), empty_shard=state.empty_shard),
         "excluded": [
             {"id": model_type, "model_type": model_type, "reason": reason}
             for model_type, reason in sorted(state.matrix.excluded.items())
@@ -317,22 +364,52 @@ def build_document(state: KvconformState) -> dict[str, Any]:
     }
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def _stopped(session: pytest.Session, exitstatus: int) -> str | None:
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "interrupted (Ctrl-C or pytest.exit)"
+    if session.shouldfail or session.shouldstop:
+        return f"stopped early ({session.shouldfail or session.shouldstop})"
+    return None
+
+
+def _has_report(state: KvconformState) -> bool:
+    """Reports are written when conformance tests ran or were planned, and for an empty shard."""
+    return bool(state.results or state.planned or state.empty_shard)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = config.stash.get(STATE, None)
-    if state is None or state.is_worker or config.getoption("no_reports") or not state.results:
+    if state is None or state.is_worker or config.getoption("no_reports") or not _has_report(state):
         return
-    from kvconform.report import append_github_summary, write_reports
+    from kvconform.report import append_github_summary, document_json, write_reports
+    from kvconform.report_dir import describe_error, write_fallback
+    from kvconform.run_status import incomplete_line
 
-    out_dir = Path(config.getoption("report_dir") or Path(config.rootpath) / "reports")
-    document = build_document(state)
-    state.written = write_reports(document, out_dir)
-    append_github_summary(document)
+    out_dir = report_dir(config)
+    document = build_document(state, _stopped(session, exitstatus))
+    try:
+        state.written = write_reports(document, out_dir)
+    except OSError as exc:
+        try:
+            fallback = write_fallback(document_json(document))
+            kept = f"the results are saved in {fallback} (render them: python tools/render_report.py {fallback} --out DIR)"
+        except OSError as again:
+            kept = f"and no fallback file could be written either ({describe_error(again)}): the results are lost"
+        state.errors.append(f"kvconform: error: could not write the reports to {out_dir} ({describe_error(exc)}); {kept}")
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    try:
+        append_github_summary(document)
+    except OSError as exc:
+        state.warnings.append(
+            f"kvconform: warning: could not append to GITHUB_STEP_SUMMARY ({describe_error(exc)}); the run's result is unaffected")
+    state.incomplete = incomplete_line(document)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = config.stash.get(STATE, None)
-    if state is None or state.is_worker or not state.results:
+    if state is None or state.is_worker or not (_has_report(state) or state.errors or state.warnings):
         return
     write = terminalreporter.write_line
     terminalreporter.section("kvconform")
@@ -342,5 +419,13 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             write(f"  {model_type}: {reason}")
     if state.matrix.unmatched:
         write("sweep exclude/xfail entries naming no model_type of this transformers release: " + ", ".join(state.matrix.unmatched))
+    if state.empty_shard:
+        write(f"shard {config.getoption('shard')} holds no models of the matrix: nothing ran (the report says so)")
+    if state.incomplete:
+        write(f"kvconform: {state.incomplete}", yellow=True, bold=True)
     for path in state.written:
         write(f"report: {path}")
+    for line in state.warnings:
+        write(line, yellow=True)
+    for line in state.errors:
+        write(line, red=True, bold=True)

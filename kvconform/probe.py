@@ -15,11 +15,13 @@ from typing import Any
 import torch
 
 from kvconform.cache_io import (
-    LayerState, cache_keyword, cache_layers, input_device, make_prompt, new_cache, returned_cache, seq_length, snapshot_layers,
+    LayerState, cache_keyword, cache_layers, forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length,
+    snapshot_layers,
 )
 from kvconform.crop import run_crop
 from kvconform.kv_compare import Divergence, locate_divergence
 from kvconform.matrix import Tolerance
+from kvconform.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
 from kvconform.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
 
 
@@ -86,6 +88,10 @@ class ProbeRecord:
     located: bool
     """Whether the K/V localization pass ran (``divergence`` is then its finding, or ``None``: K/V agree)."""
     divergence: Divergence | None
+    prefix_instability: PrefixInstability | None
+    """Set when the uncached forward itself is not causal on this input (then no cache is blamed)."""
+    topk_ties: TopkTies | None
+    """Set when the uncached pass's top-k selections were decided by exact ties (a degenerate build)."""
     generate: GenerateRecord | None
     paths: dict[str, PathRecord] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
@@ -128,7 +134,7 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
 
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
     start = time.perf_counter()
-    cache, output = _prefill(model, keyword, prompt, new_cache(model, plan.cache, total))
+    cache, output = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=prompt)
     timings["prefill_s"] = time.perf_counter() - start
     cached_logits = [output.logits[:, -1, :]]
     lengths, layer_states = [seq_length(cache)], [snapshot_layers(cache)]
@@ -166,10 +172,13 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
 
     finite_ref = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     logit_scale = float(finite_ref.abs().max())
-    divergence = None
+    divergence, unstable, ties = None, None, None
     located = plan.locate_tolerance is not None and max(s.max_abs_delta for s in steps) > plan.locate_tolerance.limit(logit_scale)
     if located:
         start = time.perf_counter()
+        limit = plan.locate_tolerance.limit(logit_scale)
+        unstable = prefix_instability(model, full, reference, [plan.prompt_length, total - 1], limit)
+        ties = topk_ties(lambda: model(input_ids=full, use_cache=False))
         divergence = _locate(model, keyword, plan, cache, full)
         timings["locate_s"] = time.perf_counter() - start
 
@@ -181,7 +190,9 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
         if getattr(plan, name):
             start = time.perf_counter()
             try:
-                paths[name] = run()
+                paths[name] = path = run()
+                if plan.locate_tolerance is not None and max(path.step_max_abs_delta) > plan.locate_tolerance.limit(path.logit_scale):
+                    path.topk_ties = topk_ties(run)  # a failing path: were its selections decided by ties?
             except Exception as exc:  # noqa: BLE001 - a crash in one path fails that path's check only
                 paths[name] = failed_path(name, exc)
             timings[f"{name}_s"] = time.perf_counter() - start
@@ -202,28 +213,17 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
         located=located,
         nonfinite=_describe_nonfinite(cached_logits, reference_steps),
         divergence=divergence,
+        prefix_instability=unstable,
+        topk_ties=ties,
         generate=generate,
         paths=paths,
         timings=timings,
     )
 
 
-def _prefill(model: torch.nn.Module, keyword: str, prompt: torch.Tensor, cache: Any) -> tuple[Any, Any]:
-    """Prefill; a model that keeps its own cache without returning it gets an explicit DynamicCache."""
-    output = model(input_ids=prompt, use_cache=True, **({keyword: cache} if cache is not None else {}))
-    returned = returned_cache(output, cache)
-    if returned is None:
-        from transformers import DynamicCache
-
-        returned = DynamicCache(config=model.config)
-        output = model(input_ids=prompt, use_cache=True, **{keyword: returned})
-        returned = returned_cache(output, returned)
-    return returned, output
-
-
 def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> Divergence | None:
     """Compare the decoded cache with the K/V one fresh pass over the whole sequence stores."""
-    reference_cache, _ = _prefill(model, keyword, full, new_cache(model, plan.cache, full.shape[1]))
+    reference_cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, full.shape[1]), input_ids=full)
     pairs = []
     for decoded, reference in zip(cache_layers(cache), cache_layers(reference_cache)):
         keys = getattr(decoded, "keys", None)
@@ -266,15 +266,12 @@ def _generate_both(model: torch.nn.Module, prompt: torch.Tensor, mask: torch.Ten
 
     runs = {}
     for use_cache in (True, False):
-        config = config_class(
-            max_new_tokens=steps, min_new_tokens=steps, do_sample=False, use_cache=use_cache,
+        # The model's own generation config (decoder start token and the like) with greedy, fixed-length settings.
+        config = copy.deepcopy(model.generation_config) if model.generation_config is not None else config_class()
+        config.update(
+            max_new_tokens=steps, min_new_tokens=steps, do_sample=False, num_beams=1, use_cache=use_cache,
             eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
             **(cache_implementation(cache) if use_cache else {}),
         )
         runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=mask)
     return runs
-
-
-def cast_model(model: torch.nn.Module, dtype: str, device: str) -> torch.nn.Module:
-    """A copy of ``model`` in ``dtype`` on ``device`` (the float32 master stays untouched)."""
-    return copy.deepcopy(model).to(device=device, dtype=getattr(torch, dtype))

@@ -17,6 +17,7 @@ from typing import Any
 from tabulate import tabulate
 
 from kvconform.results import OUTCOMES, SCHEMA_VERSION
+from kvconform.run_status import banners, merge_run_fields
 
 Doc = dict[str, Any]
 
@@ -133,6 +134,9 @@ def validate_document(doc: Any) -> list[str]:
         if key in seen:
             problems.append(f"results[{i}]: duplicate result for cell {key[0]!r}, check {key[1]!r}")
         seen.add(key)
+    run = doc.get("run")
+    if run is not None and not (isinstance(run, dict) and isinstance(run.get("complete"), bool)):
+        problems.append("run: expected an object with a boolean 'complete'")
     for i, cell in enumerate(_list_of_dicts(doc, "cells", problems)):
         if not isinstance(cell.get("cell_id"), str):
             problems.append(f"cells[{i}].cell_id: missing or not a string")
@@ -179,6 +183,7 @@ def merge_documents(docs: list[Doc]) -> Doc:
     return {
         "schema_version": docs[0].get("schema_version"),
         "environment": environment,
+        "run": merge_run_fields(docs),
         "excluded": [excluded[key] for key in sorted(excluded)],
         "results": sorted(results, key=result_sort_key),
         "cells": sorted(cells, key=lambda c: (c.get("model", ""), c.get("cell_id", ""))),
@@ -254,7 +259,9 @@ def outcome_counts(doc: Doc) -> dict[str, int]:
 def totals_line(doc: Doc) -> str:
     """E.g. ``"12 passed, 1 failed, 2 skipped, 0 xfailed, 0 errored, 0 crashed (5 cells)"``."""
     parts = [f"{n} {TOTAL_WORDS.get(o, o)}" for o, n in outcome_counts(doc).items()]
-    return f"{', '.join(parts)} ({len(_all_cell_rows(doc))} cells)"
+    never_ran = (doc.get("run") or {}).get("never_ran", 0)
+    missing = f"; {never_ran} planned checks never ran" if never_ran else ""
+    return f"{', '.join(parts)} ({len(_all_cell_rows(doc))} cells){missing}"
 
 
 def failures(doc: Doc) -> list[dict[str, Any]]:
@@ -335,6 +342,7 @@ def render_markdown(doc: Doc) -> str:
     """The full Markdown report; the same document always gives the same text."""
     sections = [
         "# KV cache conformance report",
+        *(f"> **{note}**" for note in banners(doc)),
         _environment_markdown(doc),
         "## Summary",
         f"**Totals:** {totals_line(doc)}",

@@ -23,6 +23,7 @@ from kvconform.report import (
     outcome_label,
     sorted_results,
 )
+from kvconform.run_status import banners
 
 #: Fixed colours for common dtypes; others take the next free colour of the fallback palette.
 DTYPE_COLOURS = {"float32": "#2563eb", "bfloat16": "#ea580c", "float16": "#059669"}
@@ -58,6 +59,7 @@ pre { background: #0f172a; color: #e2e8f0; padding: .75rem 1rem; border-radius: 
 .meta { margin: 0; padding-left: 1.2rem; font-size: .88rem; }
 figure { margin: 1rem 0 1.8rem; } figcaption { font-size: .8rem; color: #64748b; }
 svg.chart { max-width: 100%; height: auto; font-family: inherit; }
+p.banner { background: #fef3c7; border: 1px solid #f59e0b; padding: .6rem 1rem; border-radius: 6px; }
 """
 
 
@@ -330,6 +332,7 @@ def render_html(doc: Doc) -> str:
     failure_html = "".join(map(_failure, failed)) or "<p><em>None.</em></p>"
     body = [
         "<h1>KV cache conformance report</h1>",
+        *(f'<p class="banner"><strong>{escape(note)}</strong></p>' for note in banners(doc)),
         _environment(doc),
         "<h2>Summary</h2>", _totals(doc), _summary_table(doc),
         "<h2>Parity margin per decode step</h2>", _charts(doc),

@@ -6,10 +6,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kvconform.cells import Cell, check_applies
+from kvconform.cells import Cell, check_applies, untestable
 from kvconform.geometry import CacheGeometry, cache_geometry, explain
-from kvconform.models import load_master
-from kvconform.probe import ProbePlan, ProbeRecord, cast_model, run_probe
+from kvconform.models import load_master, model_in_dtype
+from kvconform.probe import ProbePlan, ProbeRecord, run_probe
 from kvconform.support import attention_model, cell_support
 
 
@@ -40,7 +40,7 @@ class CellRunner:
     _master: Any = None
     _load_error: BaseException | None = None
     _load_s: float = 0.0
-    _attention_models: dict[str, Any] = field(default_factory=dict)
+    _by_dtype: dict[tuple[str, str, str], Any] = field(default_factory=dict)
 
     def outcome(self, cell: Cell) -> CellOutcome:
         if cell.id not in self.outcomes:
@@ -49,8 +49,7 @@ class CellRunner:
 
     def _master_for(self, cell: Cell) -> Any:
         if self._model_id != cell.spec.id:
-            self._model_id, self._master, self._load_error = cell.spec.id, None, None
-            self._attention_models = {}
+            self._model_id, self._master, self._load_error, self._by_dtype = cell.spec.id, None, None, {}
             start = time.perf_counter()
             try:
                 self.loads += 1
@@ -62,6 +61,22 @@ class CellRunner:
             raise self._load_error
         return self._master
 
+    def _model_for(self, master: Any, cell: Cell) -> Any:
+        """One model per dtype, device and attention of the current master, kept while that dtype's cells run."""
+        key = (cell.dtype, cell.device, cell.attn)
+        if key not in self._by_dtype:
+            self._by_dtype = {k: v for k, v in self._by_dtype.items() if k[:2] == key[:2]}
+            if _already_placed(master, cell):
+                base = master
+            else:
+                same = (cell.dtype, cell.device, master.config._attn_implementation)
+                base = self._by_dtype.get(same) or model_in_dtype(master, cell.dtype, cell.device)
+                self._by_dtype[same] = base
+            model, rebuilt = attention_model(base, cell.attn)
+            self.loads += rebuilt
+            self._by_dtype[key] = model
+        return self._by_dtype[key]
+
     def _run(self, cell: Cell) -> CellOutcome:
         try:
             master = self._master_for(cell)
@@ -72,7 +87,8 @@ class CellRunner:
             batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
             seed=settings.seed, cache=cell.cache, device=cell.device,
             generate=check_applies("generate", cell),
-            ragged=settings.ragged, prefix_reuse=settings.prefix_reuse, crop=check_applies("crop", cell),
+            ragged=settings.ragged and untestable("ragged", cell) is None, prefix_reuse=settings.prefix_reuse,
+            crop=check_applies("crop", cell),
             # K/V localization compares stored tensors: a quantized cache stores other values by design.
             locate_tolerance=None if cell.cache == "quantized" else cell.tolerance,
         )
@@ -80,8 +96,7 @@ class CellRunner:
             reason = cell_support(master, cell.cache, cell.attn)
             if reason is not None:
                 return CellOutcome(load_s=self._load_s, not_applicable=reason)
-            base = self._attention_model(master, cell.attn)
-            model = base if _already_placed(base, cell) else cast_model(base, cell.dtype, cell.device)
+            model = self._model_for(master, cell)
             if self.on_model is not None:
                 self.on_model(model)
             record = run_probe(model, plan)
@@ -89,14 +104,6 @@ class CellRunner:
             return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s, extras=extras)
         except Exception as exc:  # noqa: BLE001 - a crash inside a model fails its cell, not the run
             return CellOutcome(error=exc, load_s=self._load_s)
-
-    def _attention_model(self, master: Any, attn: str) -> Any:
-        """The float32 master running ``attn`` attention, made once per model."""
-        if attn not in self._attention_models:
-            model, rebuilt = attention_model(master, attn)
-            self.loads += rebuilt
-            self._attention_models[attn] = model
-        return self._attention_models[attn]
 
 
 def _already_placed(master: Any, cell: Cell) -> bool:

@@ -87,8 +87,10 @@ def attention_model(master: torch.nn.Module, attn: str) -> tuple[torch.nn.Module
         return model, False
     from transformers import AutoModelForCausalLM
 
-    rebuilt = AutoModelForCausalLM.from_config(copy.deepcopy(master.config), attn_implementation=attn, dtype=torch.float32)
+    dtype = getattr(master.config, "dtype", None) or torch.float32
+    rebuilt = AutoModelForCausalLM.from_config(copy.deepcopy(master.config), attn_implementation=attn, dtype=dtype)
     rebuilt.load_state_dict(master.state_dict())
+    rebuilt.to(next(master.parameters()).device)
     if rebuilt.config._attn_implementation != attn:
         raise RuntimeError(f"{type(master).__name__}: built with attn_implementation={attn!r}, runs {rebuilt.config._attn_implementation!r}")
     return rebuilt.eval(), True

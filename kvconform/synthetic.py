@@ -10,18 +10,17 @@ from __future__ import annotations
 import copy
 import difflib
 from collections.abc import Mapping
-from functools import lru_cache
-from importlib import resources
 from typing import Any
 
 import torch
-import yaml
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING,
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 )
+
+from kvconform.architecture_table import architecture_table, load_architecture_table
 
 VOCAB_SIZE = 256
 MIN_LAYERS = 2
@@ -37,14 +36,18 @@ SIZES: dict[str, int | float] = {
     **dict.fromkeys(
         ("num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
          "encoder_attention_heads", "num_decoder_attention_heads", "num_encoder_attention_heads",
-         "swa_num_attention_heads", "index_n_heads"),
+         "swa_num_attention_heads"),
         4,
     ),
+    # Sparse-indexer heads keep their default (32-64): with 4 heads the ReLU-summed indexer scores tie
+    # at exactly 0 and torch.topk breaks the ties differently for different sequence lengths.
     **dict.fromkeys(
-        ("head_dim", "attention_head_size", "d_head", "dim_head", "swa_head_dim",
-         "index_head_dim"),
+        ("head_dim", "attention_head_size", "d_head", "dim_head", "swa_head_dim"),
         16,
     ),
+    # Sparse indexers split their head into a content part and qk_rope_head_dim (16) rotary dims, half and
+    # half by default: at 16 the content part would be empty and whole rows of ReLU scores tie at 0.
+    "index_head_dim": 32,
     "rotary_dim": 8,
     **dict.fromkeys(
         ("intermediate_size", "ffn_dim", "decoder_ffn_dim", "encoder_ffn_dim", "n_inner", "d_ff",
@@ -132,19 +135,6 @@ LAYER_FIELDS = (
 def causal_lm_model_types() -> list[str]:
     """Sorted model types that ``AutoModelForCausalLM`` maps in the installed transformers."""
     return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-
-
-@lru_cache(maxsize=1)
-def _table() -> dict[str, Any]:
-    """The parsed architectures.yaml (read once)."""
-    text = resources.files("kvconform").joinpath("architectures.yaml").read_text()
-    return yaml.safe_load(text) or {}
-
-
-def load_architecture_table() -> tuple[dict[str, dict], dict[str, str]]:
-    """(per-model_type config overrides, excluded model_type -> reason) from architectures.yaml."""
-    table = _table()
-    return copy.deepcopy(table.get("overrides") or {}), dict(table.get("excluded") or {})
 
 
 def _check_model_type(model_type: str) -> None:
@@ -300,10 +290,33 @@ def shrink_config(model_type: str, overrides: Mapping[str, Any] | None = None) -
 def build_synthetic(config: PreTrainedConfig, seed: int) -> PreTrainedModel:
     """A float32 eval-mode causal LM with random weights drawn from ``seed``."""
     torch.manual_seed(seed)
-    sub_config = (_table().get("build_from_sub_config") or {}).get(config.model_type)
+    sub_config = (architecture_table().get("build_from_sub_config") or {}).get(config.model_type)
     if sub_config is None:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     else:
         model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
         model = model_class._from_config(getattr(config, sub_config), dtype=torch.float32)
+    _break_zero_init(model, seed)
     return model.float().eval()
+
+
+#: Standard deviation of the noise given to parameters a model initialises to exactly zero: the scale of
+#: the shrunk models' other weights, so that selections over such scales are not near-ties either.
+ZERO_INIT_STD = SIZES["initializer_range"]
+
+
+def _break_zero_init(model: PreTrainedModel, seed: int) -> list[str]:
+    """Give all-zero weights (not biases) seeded noise, and name them.
+
+    Zero-initialised gates, selection scales (doge's ``A``) or routers make every score of a
+    selection equal, so top-k picks by tie-breaking, which differs between sequence lengths: a
+    difference that comes from the build, not the cache. Trained checkpoints have no such ties.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    changed = []
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.numel() > 1 and param.is_floating_point() and not name.endswith("bias") and not param.any():
+                param.copy_(torch.randn(param.shape, generator=generator) * ZERO_INIT_STD)
+                changed.append(name)
+    return changed

@@ -15,7 +15,11 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import LayerState, input_device, make_prompt, new_cache, returned_cache, seq_length, snapshot_layers
+from kvconform.cache_io import (
+    LayerState, forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length, snapshot_layers,
+)
+from kvconform.reference_health import TopkTies
+from kvconform.cells import ragged_row_lengths
 
 
 @dataclass
@@ -38,6 +42,8 @@ class PathRecord:
     """Set when the path itself raised (the main decode's checks still stand)."""
     not_applicable: str | None = None
     """Set when the model or cache cannot take this path, with the reason."""
+    topk_ties: TopkTies | None = None
+    """Set when the path failed and its top-k selections were decided by exact ties (then no cache is blamed)."""
 
 
 class PathNotApplicable(RuntimeError):
@@ -68,38 +74,49 @@ def row_delta(cached: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num((cached.float() - reference.float()).abs(), nan=float("inf")).amax(dim=-1)
 
 
+def _generate_feeds_mask(model: torch.nn.Module, keyword: str, token: torch.Tensor, cache: Any, mask: torch.Tensor) -> bool:
+    """Whether ``generate()`` feeds the attention mask on a cached decode step: Mamba-style models drop it
+    (their one-token step cannot take the whole sequence's mask), so the path feeds what generate() feeds.
+    Where the model's own input preparation needs generate()'s state to run (musicgen), the mask is fed, as
+    GenerationMixin does by default."""
+    try:
+        prepared = model.prepare_inputs_for_generation(
+            token, attention_mask=mask, use_cache=True, is_first_iteration=False, **{keyword: cache}
+        )
+    except (TypeError, ValueError, AttributeError):
+        return True
+    return prepared.get("attention_mask") is not None
+
+
 @torch.inference_mode()
 def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
     """Left-padded prompts of lengths P, P-1, … (at least 2) decoded together with a mask."""
     device = input_device(model)
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
     batch, width = prompt.shape
-    lengths = [max(2, width - row) for row in range(batch)]
+    lengths = ragged_row_lengths(batch, width)
     mask = torch.zeros_like(prompt)
     for row, length in enumerate(lengths):
         mask[row, width - length :] = 1
     padded = torch.where(mask.bool(), prompt, torch.zeros_like(prompt))
     use_positions = _accepts(model, "position_ids")
 
-    def forward(ids: torch.Tensor, attention: torch.Tensor, cache: Any) -> Any:
-        extra: dict[str, Any] = {}
-        if use_positions:
-            positions = (attention.cumsum(-1) - 1).clamp(min=0)
-            extra["position_ids"] = positions[:, -ids.shape[1] :]
-        if cache is not None:
-            extra[keyword] = cache
-        return model(input_ids=ids, attention_mask=attention, use_cache=True, **extra)
+    def step(ids: torch.Tensor, attention: torch.Tensor, cache: Any, feed_mask: bool = True) -> tuple[Any, Any]:
+        positions = {"position_ids": ((attention.cumsum(-1) - 1).clamp(min=0))[:, -ids.shape[1] :]} if use_positions else {}
+        masks = {"attention_mask": attention} if feed_mask else {}
+        return forward_keeping_cache(model, keyword, cache, input_ids=ids, **masks, **positions)
 
-    cache = new_cache(model, plan.cache, width + plan.decode_steps)
-    output = forward(padded, mask, cache)
-    cache, logits, tokens = returned_cache(output, cache), [output.logits[:, -1, :]], []
+    cache, output = step(padded, mask, new_cache(model, plan.cache, width + plan.decode_steps))
+    logits, tokens = [output.logits[:, -1, :]], []
     cache_lengths = [seq_length(cache)]
-    for _ in range(plan.decode_steps):
+    feed_mask = True
+    for k in range(plan.decode_steps):
         token = logits[-1].argmax(-1, keepdim=True)
         tokens.append(token)
         mask = torch.cat([mask, torch.ones_like(token)], dim=1)
-        output = forward(token, mask, cache)
-        cache = returned_cache(output, cache)
+        if k == 0:
+            feed_mask = _generate_feeds_mask(model, keyword, token, cache, mask)
+        cache, output = step(token, mask, cache, feed_mask)
         logits.append(output.logits[:, -1, :])
         cache_lengths.append(seq_length(cache))
 
@@ -127,8 +144,7 @@ def run_prefix_reuse(model: torch.nn.Module, plan: Any, keyword: str, reference:
     """
     prompt_length = plan.prompt_length
     prefix = max(1, prompt_length - 2)
-    cache = new_cache(model, plan.cache, sequence.shape[1])
-    stored = returned_cache(model(input_ids=sequence[:, :prefix], use_cache=True, **({keyword: cache} if cache is not None else {})), cache)
+    stored, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, sequence.shape[1]), input_ids=sequence[:, :prefix])
     reused = copy.deepcopy(stored)
     output = model(input_ids=sequence[:, prefix:prompt_length], use_cache=True, **{keyword: reused})
     logits = [output.logits[:, -1, :]]

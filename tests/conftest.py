@@ -10,7 +10,8 @@ import torch
 from kvconform import checks
 from kvconform.geometry import cache_geometry, explain
 from kvconform.matrix import Tolerance
-from kvconform.probe import ProbePlan, cast_model, run_probe
+from kvconform.models import model_in_dtype
+from kvconform.probe import ProbePlan, run_probe
 from kvconform.results import CheckResult
 from kvconform.synthetic import build_synthetic, shrink_config
 
@@ -37,7 +38,7 @@ def probe_and_check(
         batch_size=batch_size, prompt_length=prompt_length, decode_steps=decode_steps, seed=0, cache=cache,
         locate_tolerance=TOLERANCES[dtype], ragged=paths, prefix_reuse=paths,
     )
-    record = run_probe(cast_model(model, dtype, "cpu"), plan)
+    record = run_probe(model_in_dtype(model, dtype, "cpu"), plan)
     return checks.run_all(record, cache_geometry(model.config), explain(model.config), TOLERANCES[dtype])
 
 

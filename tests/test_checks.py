@@ -32,6 +32,7 @@ def _record(deltas=(1e-6, 2e-6, 3e-6), lengths=(4, 5, 6), scale=10.0, generate=N
         for k, (d, n) in enumerate(zip(deltas, lengths))
     ]
     return ProbeRecord(plan=PLAN, dtype=dtype, cache_class="DynamicCache", max_cache_len=None, steps=steps,
+                       prefix_instability=None, topk_ties=None,
                        logit_scale=scale, nonfinite=None, located=False, divergence=None, generate=generate)
 
 

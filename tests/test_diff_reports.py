@@ -19,11 +19,21 @@ REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "diff_reports.py"
 
 
-def make_result(cell_id: str, check: str, outcome: str = "pass", peak: float | None = None) -> dict[str, Any]:
-    details = {} if peak is None else {"step_max_abs_delta": [peak / 10, peak], "tolerance": 1e-2}
-    return {"cell_id": cell_id, "model": cell_id.split("[")[0], "dtype": "float32", "device": "cpu",
-            "cache": "dynamic", "check": check, "outcome": outcome, "measured": "", "limit": "",
-            "message": "" if outcome == "pass" else f"{check} broke on {cell_id}", "details": details}
+def make_result(cell_id: str, check: str, outcome: str = "pass", peak: float | None = None,
+                limit: float | None = 1e-2, message: str | None = None) -> dict[str, Any]:
+    details: dict[str, Any] = {} if peak is None else {"step_max_abs_delta": [peak / 10, peak]}
+    if peak is not None and limit is not None:
+        details["tolerance"] = limit
+    model, _, rest = cell_id.partition("[")
+    dtype, device, cache = rest.rstrip("]").split("-")
+    return {"cell_id": cell_id, "model": model, "dtype": dtype, "device": device,
+            "cache": cache, "check": check, "outcome": outcome, "measured": "", "limit": "",
+            "message": message if message is not None else "" if outcome == "pass" else f"{check} broke on {cell_id}",
+            "details": details}
+
+
+def set_peak(doc: dict[str, Any], cell_id: str, peak: float) -> None:
+    find(doc, cell_id, "parity")["details"]["step_max_abs_delta"] = [peak / 10, peak]
 
 
 @pytest.fixture
@@ -64,7 +74,7 @@ def run_tool(tmp_path: Path, base: Any, new: Any, *args: str) -> subprocess.Comp
 def test_identical_runs_have_no_changes(base: dict[str, Any]) -> None:
     diff = diff_documents(base, copy.deepcopy(base))
     assert regressions(diff) == 0
-    assert render_diff_text(diff) == "No differences.\n\nNo regressions (0 informational changes).\n"
+    assert render_diff_text(diff) == "No listed differences.\n\nNo regressions (0 informational changes; factor 2, margin 0.5).\n"
 
 
 def test_categories(base: dict[str, Any]) -> None:
@@ -77,7 +87,7 @@ def test_categories(base: dict[str, Any]) -> None:
     new["results"].append(make_result("d[float32-cpu-dynamic]", "shapes", "fail"))
     diff = diff_documents(base, new)
     keys = {name: [(e["cell_id"], e["check"]) for e in diff[name]] for name in (
-        "newly_failing", "newly_passing", "parity_grew", "parity_shrank", "outcome_changed", "appeared", "disappeared")}
+        "newly_failing", "newly_passing", "parity_grew", "parity_shrank", "outcome_changed", "appeared", "lost")}
     assert keys == {
         "newly_failing": [("a[float32-cpu-dynamic]", "growth")],
         "newly_passing": [("b[float32-cpu-dynamic]", "parity")],
@@ -85,26 +95,63 @@ def test_categories(base: dict[str, Any]) -> None:
         "parity_shrank": [("b[float32-cpu-dynamic]", "parity")],
         "outcome_changed": [("b[float32-cpu-dynamic]", "growth")],
         "appeared": [("d[float32-cpu-dynamic]", "shapes")],
-        "disappeared": [("c[float32-cpu-dynamic]", "shapes")],
+        "lost": [("c[float32-cpu-dynamic]", "shapes")],  # passed in the base, missing now
     }
-    assert regressions(diff) == 1
+    assert regressions(diff) == 2
+    assert regressions(diff_documents(base, new, allow_missing=True)) == 1
     assert diff["newly_failing"][0]["message"] == "cache length 5 != 6"
 
 
-def test_parity_growth_beyond_factor_regresses(base: dict[str, Any]) -> None:
+def test_parity_growth_beyond_factor_and_margin_regresses(base: dict[str, Any]) -> None:
     new = copy.deepcopy(base)
-    find(new, "a[float32-cpu-dynamic]", "parity")["details"]["step_max_abs_delta"] = [1e-5, 3e-4]  # x3, still passing
+    set_peak(new, "a[float32-cpu-dynamic]", 6e-3)  # x60, still passing, 60% of the limit 1e-2
     diff = diff_documents(base, new, factor=2.0)
     assert [e["cell_id"] for e in diff["parity_grew"]] == ["a[float32-cpu-dynamic]"]
     assert regressions(diff) == 1
-    assert "x3 (tolerance 1.00e-02)" in render_diff_text(diff)
+    assert "x60 (tolerance 1.00e-02, 60% of it)" in render_diff_text(diff)
+    assert regressions(diff_documents(base, new, factor=100.0)) == 0  # below the factor
+    assert regressions(diff_documents(base, new, margin=0.7)) == 0  # within the margin
+
+
+# Two pairs from a transformers 5.20.0 -> 5.24.0 comparison: (base Δ, new Δ, limit), growth far below the limit.
+RELEASE_NOISE = [(0.0, 3.9e-3, 8.7e-2), (6.3e-6, 1.4e-5, 1.5e-4)]
+
+
+@pytest.mark.parametrize("before, after, limit", RELEASE_NOISE, ids=["0-to-4pct", "x2.2-to-9pct"])
+def test_parity_growth_within_the_margin_is_counted_noise(base: dict[str, Any], before: float, after: float,
+                                                          limit: float) -> None:
+    for doc, peak in ((base, before), (new := copy.deepcopy(base), after)):
+        find(doc, "a[float32-cpu-dynamic]", "parity")["details"] = {"step_max_abs_delta": [peak], "tolerance": limit}
+    diff = diff_documents(base, new)
+    assert regressions(diff) == 0 and not diff["parity_grew"]
+    assert [e["cell_id"] for e in diff["parity_noise"]] == ["a[float32-cpu-dynamic]"]
+    assert "1 parity delta moves stayed within 0.5 of their limit (noise) — a: 1" in render_diff_text(diff)
+
+
+@pytest.mark.parametrize("after, limit, grew", [
+    (4.4e-2, 8.7e-2, True),    # 0 -> 51% of the limit: past both bars
+    (4.3e-2, 8.7e-2, False),   # 0 -> 49% of the limit: within the margin
+    (3.0e-4, 1.5e-4, True),    # 6.3e-6 -> over the limit (and newly failing in a real report)
+])
+def test_margin_rule_both_sides(base: dict[str, Any], after: float, limit: float, grew: bool) -> None:
+    find(base, "a[float32-cpu-dynamic]", "parity")["details"] = {"step_max_abs_delta": [0.0], "tolerance": limit}
+    new = copy.deepcopy(base)
+    find(new, "a[float32-cpu-dynamic]", "parity")["details"] = {"step_max_abs_delta": [after], "tolerance": limit}
+    assert (regressions(diff_documents(base, new)) == 1) is grew
+
+
+def test_parity_growth_without_a_limit_uses_the_factor_alone(base: dict[str, Any]) -> None:
+    for doc in (base, new := copy.deepcopy(base)):
+        find(doc, "a[float32-cpu-dynamic]", "parity")["details"].pop("tolerance")
+    set_peak(new, "a[float32-cpu-dynamic]", 3e-4)  # x3 of 1e-4
+    assert len(diff_documents(base, new)["parity_grew"]) == 1
     assert regressions(diff_documents(base, new, factor=4.0)) == 0
 
 
 def test_parity_growth_from_zero_and_nan(base: dict[str, Any]) -> None:
     find(base, "a[float32-cpu-dynamic]", "parity")["details"]["step_max_abs_delta"] = [0.0, 0.0]
     new = copy.deepcopy(base)
-    find(new, "a[float32-cpu-dynamic]", "parity")["details"]["step_max_abs_delta"] = [0.0, 1e-7]
+    find(new, "a[float32-cpu-dynamic]", "parity")["details"]["step_max_abs_delta"] = [0.0, 6e-3]
     assert len(diff_documents(base, new)["parity_grew"]) == 1
     find(new, "a[float32-cpu-dynamic]", "parity")["details"]["step_max_abs_delta"] = [float("nan")]
     assert len(diff_documents(base, new)["parity_grew"]) == 1
@@ -112,6 +159,8 @@ def test_parity_growth_from_zero_and_nan(base: dict[str, Any]) -> None:
     assert len(shrunk["parity_shrank"]) == 1 and "inf -> 0.00e+00" in render_diff_text(shrunk)
     with pytest.raises(ValueError, match="factor"):
         diff_documents(base, new, factor=0.5)
+    with pytest.raises(ValueError, match="margin"):
+        diff_documents(base, new, margin=-1)
 
 
 def test_markdown_report_lists_changes_and_messages(base: dict[str, Any]) -> None:
@@ -120,7 +169,7 @@ def test_markdown_report_lists_changes_and_messages(base: dict[str, Any]) -> Non
     find(new, "a[float32-cpu-dynamic]", "growth").update(outcome="crashed", message="worker died\nsignal 11")
     text = render_diff_markdown(diff_documents(base, new))
     assert re.search(r"^\| torch\s+\| 2.13.0\+cpu\s+\| 2.14.0\+cpu\s+\|$", text, re.M)
-    assert "**REGRESSED: 1 newly failing (factor 2).**" in text
+    assert "**REGRESSED: 1 newly failing (factor 2, margin 0.5).**" in text
     assert "## Newly failing (1)" in text
     assert "| a[float32-cpu-dynamic] | growth  | pass   | crashed |" in text
     assert "### growth · a[float32-cpu-dynamic]\n\n```text\nworker died\nsignal 11\n```" in text
@@ -135,7 +184,7 @@ def test_cli_exit_0_when_nothing_regressed(tmp_path: Path, base: dict[str, Any])
     proc = run_tool(tmp_path, base, new)
     assert proc.returncode == 0, proc.stderr
     assert "newly passing" in proc.stdout
-    assert "No regressions (1 informational change)." in proc.stdout
+    assert "No regressions (1 informational change; factor 2, margin 0.5)." in proc.stdout
 
 
 def test_cli_exit_1_for_newly_failing_cell(tmp_path: Path, base: dict[str, Any]) -> None:
@@ -147,13 +196,14 @@ def test_cli_exit_1_for_newly_failing_cell(tmp_path: Path, base: dict[str, Any])
     assert "REGRESSED: 1 newly failing" in proc.stdout
 
 
-def test_cli_exit_1_for_parity_growth_and_factor_option(tmp_path: Path, base: dict[str, Any]) -> None:
+def test_cli_exit_1_for_parity_growth_and_factor_and_margin_options(tmp_path: Path, base: dict[str, Any]) -> None:
     new = copy.deepcopy(base)
-    find(new, "a[float32-cpu-dynamic]", "parity")["details"]["step_max_abs_delta"] = [1e-4, 5e-4]  # x5
-    proc = run_tool(tmp_path, base, new)
+    set_peak(new, "a[float32-cpu-dynamic]", 5e-3)  # x50, 50% of the limit
+    proc = run_tool(tmp_path, base, new, "--margin", "0.4")
     assert proc.returncode == 1, proc.stderr
     assert "parity delta grew" in proc.stdout
-    assert run_tool(tmp_path, base, new, "--factor", "6").returncode == 0
+    assert run_tool(tmp_path, base, new, "--margin", "0.4", "--factor", "60").returncode == 0
+    assert run_tool(tmp_path, base, new).returncode == 0  # default margin 0.5: 50% is within it
 
 
 @pytest.mark.parametrize("new", [None, "{oops", json.dumps({"schema_version": 2})],
@@ -173,3 +223,102 @@ def test_cli_writes_markdown(tmp_path: Path, base: dict[str, Any]) -> None:
     text = out.read_text(encoding="utf-8")
     assert text.startswith("# KV cache conformance: changes between runs")
     assert "## Newly failing (1)" in text and "```text\ncache length 5 != 6\n```" in text
+
+
+# --------------------------------------------------------------------------- a release upgrade: red only for real
+
+
+CUDA_SKIP = "cuda: no CUDA device on this machine (torch.cuda.is_available() is False)"
+DTYPE_LIMITS = {"float32": 1.5e-4, "float16": 2.1e-2, "bfloat16": 8.7e-2}
+
+
+def release_report(model_types: list[str], peaks: dict[str, float] | None = None) -> dict[str, Any]:
+    """A sweep-shaped report: per type and dtype a passing cpu cell (parity, growth) and a skipped cuda cell."""
+    peaks = peaks or {}
+    results = []
+    for model_type in model_types:
+        for dtype, limit in DTYPE_LIMITS.items():
+            cpu = f"{model_type}[{dtype}-cpu-dynamic]"
+            results += [make_result(cpu, "parity", peak=peaks.get(cpu, limit / 100), limit=limit),
+                        make_result(cpu, "growth")]
+            cuda = f"{model_type}[{dtype}-cuda-dynamic]"
+            results += [make_result(cuda, check, "skip", message=CUDA_SKIP) for check in ("parity", "growth")]
+    return {"schema_version": SCHEMA_VERSION, "environment": {"transformers": "5.x"}, "excluded": [],
+            "results": results, "cells": []}
+
+
+@pytest.fixture
+def release_pair() -> tuple[dict[str, Any], dict[str, Any]]:
+    """5.20-like base (20 types) and 5.24-like new report (the same plus 40 new types, four Δ that grew well
+    within their limits): 480 results appear, half of them cuda skips."""
+    old_types = [f"t{n:02d}" for n in range(20)]
+    base = release_report(old_types, {"t00[bfloat16-cpu-dynamic]": 0.0, "t01[float32-cpu-dynamic]": 6.3e-6,
+                                      "t02[float16-cpu-dynamic]": 1e-4, "t03[bfloat16-cpu-dynamic]": 1e-3})
+    new = release_report(old_types + [f"n{n:02d}" for n in range(40)],
+                         {"t00[bfloat16-cpu-dynamic]": 3.9e-3, "t01[float32-cpu-dynamic]": 1.4e-5,
+                          "t02[float16-cpu-dynamic]": 1e-3, "t03[bfloat16-cpu-dynamic]": 4e-3})
+    return base, new
+
+
+def test_release_upgrade_noise_is_green_and_fits_on_one_screen(tmp_path: Path, release_pair: Any) -> None:
+    base, new = release_pair
+    proc = run_tool(tmp_path, base, new)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) <= 10, proc.stdout
+    assert lines[0] == "No listed differences."
+    assert f"240 results ran in neither report (absent in one, skipped in the other) — {CUDA_SKIP[:69]}…: 240" in lines
+    assert "240 results appeared and pass — n00: 6; n01: 6; n02: 6; …" in lines
+    assert "4 parity delta moves stayed within 0.5 of their limit (noise) — t00: 1; t01: 1; t02: 1; …" in lines
+    assert lines[-1] == "No regressions (484 informational changes; factor 2, margin 0.5)."
+
+
+def test_release_upgrade_with_a_real_regression_is_red_at_the_top(tmp_path: Path, release_pair: Any) -> None:
+    base, new = release_pair
+    set_peak(new, "t04[bfloat16-cpu-dynamic]", 6e-2)  # 8.7e-4 -> 6e-2: x69 and 69% of the limit 8.7e-2
+    find(new, "t05[float32-cpu-dynamic]", "growth").update(outcome="fail", message="cache length 5 != 6")
+    proc = run_tool(tmp_path, base, new)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) <= 12, proc.stdout
+    rows = [[col.strip() for col in line.strip("|").split("|")] for line in lines[2:4]]
+    assert rows[0] == ["newly failing", "t05[float32-cpu-dynamic]", "growth", "pass", "fail", "cache length 5 != 6"]
+    assert rows[1] == ["parity delta grew", "t04[bfloat16-cpu-dynamic]", "parity", "8.70e-04", "6.00e-02",
+                       "x69 (tolerance 8.70e-02, 69% of it)"]
+    assert lines[-1] == "REGRESSED: 1 newly failing, 1 parity delta grew (factor 2, margin 0.5)."
+
+
+# --------------------------------------------------------------------------- missing results
+
+
+def test_cli_exit_1_when_a_passing_result_disappears_unless_allowed(tmp_path: Path, base: dict[str, Any]) -> None:
+    new = copy.deepcopy(base)
+    new["results"].remove(find(new, "c[float32-cpu-dynamic]", "shapes"))
+    proc = run_tool(tmp_path, base, new)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "| missing (passed in base) | c[float32-cpu-dynamic] | shapes  | pass   | —     |" in proc.stdout
+    assert "REGRESSED: 1 missing (passed in base)" in proc.stdout
+    allowed = run_tool(tmp_path, base, new, "--allow-missing")
+    assert allowed.returncode == 0, allowed.stdout
+    assert "No regressions (1 informational change;" in allowed.stdout
+
+
+def test_cli_exit_1_when_the_new_report_is_incomplete_unless_allowed(tmp_path: Path, base: dict[str, Any]) -> None:
+    """Same results, but the new report says its run was interrupted with checks left: not a green diff."""
+    new = copy.deepcopy(base)
+    new["run"] = {"complete": False, "stopped": "interrupted (Ctrl-C or pytest.exit)", "planned": 7, "never_ran": 2,
+                  "cells_never_ran": 1, "shard": None, "empty_shard": False}
+    proc = run_tool(tmp_path, base, new)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == (
+        "REGRESSED: the new report is an incomplete run: interrupted (Ctrl-C or pytest.exit); 2 of 7 planned checks "
+        "never ran (1 cells) (factor 2, margin 0.5).")
+    assert run_tool(tmp_path, base, new, "--allow-missing").returncode == 0
+
+
+def test_cli_markdown_that_cannot_be_written_is_one_error_line(tmp_path: Path, base: dict[str, Any]) -> None:
+    (tmp_path / "a-file").write_text("")
+    proc = run_tool(tmp_path, base, base, "--markdown", str(tmp_path / "a-file" / "diff.md"))
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"diff_reports: error: could not write --markdown {tmp_path / 'a-file' / 'diff.md'}")

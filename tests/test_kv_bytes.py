@@ -171,3 +171,18 @@ def test_bad_flags_exit_2_from_the_command_line():
                           timeout=60)
     assert proc.returncode == 2
     assert "the flags need --kv-heads --head-dim too" in proc.stderr
+
+
+def test_folder_without_config_json_says_so(tmp_path, capsys):
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    assert kv_bytes.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"kv_bytes: error: {tmp_path}: no config.json found in this folder (a transformers checkpoint folder holds one)"
+
+
+def test_config_json_that_is_not_json_is_named(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{model_type: llama}")
+    assert kv_bytes.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kv_bytes: error: {tmp_path / 'config.json'}: not valid JSON (Expecting property name"), err
+    assert "line 1, column 2" in err and "\n" not in err

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kvconform.known_failures import KnownFailure
 from kvconform.matrix import Matrix, MatrixError, Settings, Tolerance, load_matrix, parse_matrix
 
 REPO = Path(__file__).resolve().parents[1]
@@ -16,6 +17,8 @@ DATA = Path(__file__).resolve().parent / "data"
 PATH = Path("matrix.yaml")
 
 #: A stand-in for the installed causal-LM model types (fast, and stable across transformers versions).
+#: A known-failure entry as the matrix writes it.
+BUG = {"reason": "known upstream bug #1", "kind": "model bug", "expect": "keys differ"}
 KNOWN = ["gpt2", "llama", "llama4", "mamba", "mistral", "mixtral", "qwen2"]
 #: A stand-in for architectures.yaml's exclusions; "retnet" is not installed and must not be reported.
 EXCLUDED = {"mamba": "state-space model: no KV cache", "retnet": "not installed here"}
@@ -69,7 +72,7 @@ def test_a_model_overrides_only_the_fields_it_sets() -> None:
         {"id": "plain", "synthetic": "llama"},
         {"id": "custom", "synthetic": "mistral", "dtypes": ["float32"], "caches": ["dynamic", "static"],
          "decode_steps": 2, "generate": False, "ragged": True, "config": {"sliding_window": 4},
-         "xfail": {"parity": "known upstream bug #1"}},
+         "xfail": {"parity": BUG}},
     ])
     plain, custom = matrix.models
     assert plain.settings == matrix.defaults
@@ -78,7 +81,7 @@ def test_a_model_overrides_only_the_fields_it_sets() -> None:
         decode_steps=2, seed=0, tolerances=matrix.defaults.tolerances, generate=False, ragged=True,
     )
     assert custom.config == {"sliding_window": 4}
-    assert custom.xfail == {"parity": "known upstream bug #1"}
+    assert custom.xfail == {"parity": KnownFailure("known upstream bug #1", "model bug", "keys differ")}
     assert plain.xfail == {} and plain.config == {}
 
 
@@ -116,7 +119,7 @@ def test_sweep_gives_one_spec_per_model_type_minus_the_excluded() -> None:
     matrix = parse([
         {"id": "llama-gqa", "synthetic": "llama", "caches": ["static"]},
         {"sweep": "causal-lm", "exclude": {"qwen2": "too slow here", "llama": "covered by llama-gqa"},
-         "decode_steps": 3, "xfail": {"mistral": {"generate": "upstream issue"}}},
+         "decode_steps": 3, "xfail": {"mistral": {"generate": BUG}}},
     ])
     ids = [m.id for m in matrix.models]
     assert ids == ["llama-gqa", "gpt2", "llama4", "mistral", "mixtral"]
@@ -125,7 +128,7 @@ def test_sweep_gives_one_spec_per_model_type_minus_the_excluded() -> None:
     assert all(m.settings.decode_steps == 3 and m.settings.caches == ("dynamic",) for m in swept)
     assert matrix.models[0].settings.caches == ("static",) and matrix.models[0].settings.decode_steps == 8
     assert {m.id: dict(m.xfail) for m in swept} == {
-        "gpt2": {}, "llama4": {}, "mistral": {"generate": "upstream issue"}, "mixtral": {},
+        "gpt2": {}, "llama4": {}, "mistral": {"generate": KnownFailure(**BUG)}, "mixtral": {},
     }
     # The table's exclusions (installed ones only) plus the entry's, each with its reason.
     assert matrix.excluded == {
@@ -140,14 +143,14 @@ def test_sweep_ids_clash_with_a_named_model_of_the_same_id() -> None:
 
 def test_sweep_names_unknown_to_this_release_are_kept_aside_not_fatal() -> None:
     """A matrix serves a range of transformers releases: a model_type another release has is no error."""
-    matrix = parse([{"sweep": "causal-lm", "exclude": {"qwen": "x"}, "xfail": {"mistrall": {"parity": "x"}}}])
+    matrix = parse([{"sweep": "causal-lm", "exclude": {"qwen": "x"}, "xfail": {"mistrall": {"parity": BUG}}}])
     assert matrix.unmatched == ("mistrall", "qwen")
     assert "qwen" not in matrix.excluded
 
 
 @pytest.mark.parametrize(("entry", "fragments"), [
     ({"sweep": "causal-lm", "exclude": {"qwen2": 3}}, ["models[0]", "'exclude.qwen2' must be str"]),
-    ({"sweep": "causal-lm", "xfail": {"mistral": {"parity": 1}}}, ["xfail.mistral", "'xfail.parity' must be str"]),
+    ({"sweep": "causal-lm", "xfail": {"mistral": {"parity": 1}}}, ["models[0]: mistral: xfail.parity", "must be a mapping with reason, kind, expect, got int"]),
     ({"sweep": "causal-lm", "id": "all"}, ["models[0] (id 'all')", "'id' is not allowed in a sweep entry"]),
     ({"sweep": "seq2seq"}, ["models[0]", "'sweep' must be 'causal-lm'"]),
 ])
@@ -259,7 +262,8 @@ def test_load_matrix_reads_the_test_matrix() -> None:
 
 
 def test_the_default_matrix_is_valid_and_matches_the_self_test_tolerances() -> None:
-    from kvconform.synthetic import causal_lm_model_types, load_architecture_table
+    from kvconform.architecture_table import load_architecture_table
+    from kvconform.synthetic import causal_lm_model_types
     from tests.conftest import TOLERANCES
 
     path = REPO / "model_matrix.yaml"

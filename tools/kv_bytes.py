@@ -20,6 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from kvconform.checkpoint_files import CheckpointFileError, read_config  # noqa: E402
 from kvconform.formula import BYTES_PER_VALUE, KvBytes, flags_geometry, mla_dims, render_text, to_json  # noqa: E402
 from kvconform.geometry import cache_geometry  # noqa: E402
 
@@ -80,6 +81,11 @@ def load_config(source: str) -> Any:
     """A config from a local folder or the local Hugging Face cache, refusing remote code (``auto_map``)."""
     from transformers import AutoConfig, PreTrainedConfig
 
+    if Path(source).is_dir():
+        try:
+            read_config(source)
+        except CheckpointFileError as exc:
+            raise ConfigError(str(exc)) from None
     try:
         raw, _ = PreTrainedConfig.get_config_dict(source, local_files_only=True)
     except OSError as exc:

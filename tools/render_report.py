@@ -1,6 +1,7 @@
 """Render Markdown and HTML (and a merged JSON) from one or more conformance.json shards.
 
 Usage: python tools/render_report.py A.json [B.json ...] [--out DIR]
+Exit status: 0 written, 2 bad input (an unreadable report, shards that cannot be merged, an --out that cannot be written).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from kvconform.report import load_document, merge_documents, totals_line, write_reports  # noqa: E402
+from kvconform.report_dir import describe_error, report_dir_problem  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -29,7 +31,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # a ReportError, or shards that cannot be merged
         print(f"render_report: error: {exc}", file=sys.stderr)
         return 2
-    for path in write_reports(doc, args.out):
+    problem = report_dir_problem(args.out)
+    if problem:
+        print(f"render_report: error: --out {args.out}: cannot write reports there ({problem})", file=sys.stderr)
+        return 2
+    try:
+        written = write_reports(doc, args.out)
+    except OSError as exc:
+        print(f"render_report: error: could not write the reports to {args.out} ({describe_error(exc)})", file=sys.stderr)
+        return 2
+    for path in written:
         print(path)
     print(totals_line(doc))
     return 0

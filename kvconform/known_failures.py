@@ -1,0 +1,64 @@
+"""Known failures of the matrix: which failure a check is expected to show, and why (no pytest, no torch).
+
+An entry is precise and strict: the failure message must contain ``expect`` for the cell to count
+as the known failure (any other failure of the same check is a FAIL), and a cell that passes is
+an XPASS that fails the run until the entry is removed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+#: What an entry claims. Only ``model bug`` blames the model's code; it needs a repro (tools/repro.py).
+KINDS = ("model bug", "model limitation", "not testable")
+FIELDS = ("reason", "kind", "expect")
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """One matrix xfail entry."""
+
+    reason: str
+    """The evidence: cause, measured figures, the source line for a model bug."""
+    kind: str
+    """One of ``KINDS``."""
+    expect: str
+    """Text the failure message must contain (a diagnosis kind, an exception name …)."""
+
+    def matches(self, message: str) -> bool:
+        return self.expect in message
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}: {self.reason}"
+
+
+class ExpectedFailure(Exception):
+    """Raised by a check whose failure is the one its known-failure entry expects (pytest counts it as xfail)."""
+
+
+def parse_known_failure(raw: Any, where: str) -> KnownFailure:
+    """A mapping with ``reason``, ``kind`` and ``expect``; ``where`` names the entry in errors."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: must be a mapping with {', '.join(FIELDS)}, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(FIELDS))
+    missing = [name for name in FIELDS if name not in raw]
+    if unknown or missing:
+        raise ValueError(f"{where}: " + "; ".join(
+            ([f"unknown field(s) {', '.join(unknown)}"] if unknown else []) + ([f"missing {', '.join(missing)}"] if missing else [])
+        ) + f" (an entry has {', '.join(FIELDS)})")
+    for name in FIELDS:
+        if not isinstance(raw[name], str) or not raw[name].strip():
+            raise ValueError(f"{where}.{name}: must be a non-empty string")
+    if raw["kind"] not in KINDS:
+        raise ValueError(f"{where}.kind: {raw['kind']!r} is not one of {', '.join(KINDS)}")
+    return KnownFailure(reason=raw["reason"], kind=raw["kind"], expect=raw["expect"])
+
+
+def known_failure(entries: Mapping[str, KnownFailure], check: str, dtype: str) -> KnownFailure | None:
+    """The entry for ``check`` in ``dtype``: ``check@dtype``, then ``check``, ``*@dtype``, ``*``."""
+    for key in (f"{check}@{dtype}", check, f"*@{dtype}", "*"):
+        if key in entries:
+            return entries[key]
+    return None

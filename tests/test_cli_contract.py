@@ -1,0 +1,390 @@
+"""What a CI job sees: exit codes, one-line errors, nothing lost, reports that say when a run is incomplete.
+
+Usage errors (exit 4, one ``ERROR:`` line, no model built, no report written) run in-process for speed,
+with real-process runs of two of them; everything whose point is the process's exit status (Ctrl-C,
+a report folder that breaks during the run, an unwritable step summary, an empty shard,
+``--require-models``) runs ``python -m pytest`` in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from kvconform.checkpoint_files import CheckpointFileError
+from kvconform.matrix import ModelSpec
+from kvconform.models import ModelRefused, check_weight_safety, load_master
+from kvconform.report import REPORT_FILES, load_document
+from tests.test_maintainer import SMALL, save_llama
+from tests.test_plugin import CHECKS, DATA, HIDDEN_ENV, INTERRUPT_TEST, Run, assert_one_usage_error, make_suite, run_pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GREEN = ("-k", "llama-gqa and dynamic")  # main.yaml narrowed to one healthy cell: 5 passing checks
+GREEN_CELL = "llama-gqa[float32-cpu-dynamic]"
+
+
+def run_process(workdir: Path, *args: str, env: dict[str, str] | None = None) -> Run:
+    """``python -m pytest -p kvconform.plugin ARGS`` in a fresh interpreter, reports in ``workdir/reports``."""
+    environment = {k: v for k, v in os.environ.items() if k not in HIDDEN_ENV} | (env or {})
+    command = [sys.executable, "-m", "pytest", "-p", "kvconform.plugin", "-p", "no:cacheprovider",
+               "--device", "cpu", "--report-dir", str(workdir / "reports"), *args]
+    proc = subprocess.run(command, cwd=workdir, env=environment, capture_output=True, text=True, timeout=300)
+    return Run(workdir, proc.returncode, proc.stdout, proc.stderr)
+
+
+def truncated_copy(source: Path, target: Path, keep: int | None = None) -> Path:
+    """A copy of a checkpoint folder whose model.safetensors lost its tail (or all but ``keep`` bytes)."""
+    target.mkdir()
+    for path in source.iterdir():
+        data = path.read_bytes()
+        if path.name == "model.safetensors":
+            data = data[: keep if keep is not None else len(data) // 2]
+        (target / path.name).write_bytes(data)
+    return target
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ckpt") / "tiny-llama"
+    save_llama(folder)
+    return folder
+
+
+# ----------------------------------------------------------------------------------------- --model
+
+
+def bad_model_paths(root: Path, checkpoint: Path) -> dict[str, tuple[Path, list[str]]]:
+    """case -> (the --model argument, fragments its one error line must hold)."""
+    (root / "empty").mkdir()
+    (root / "a-file.safetensors").write_bytes(b"")
+    (root / "not-json").mkdir()
+    (root / "not-json" / "config.json").write_text("{model_type: llama}")
+    (root / "no-weights").mkdir()
+    (root / "no-weights" / "config.json").write_text((checkpoint / "config.json").read_text())
+    return {
+        "missing": (root / "does" / "not" / "exist", ["no such file or folder", "expected a checkpoint folder with config.json"]),
+        "no-config": (root / "empty", ["the folder has no config.json"]),
+        "a-file": (root / "a-file.safetensors", ["a file, not a checkpoint folder"]),
+        "not-json": (root / "not-json", [f"{root / 'not-json' / 'config.json'}: not valid JSON (Expecting property name",
+                                         "line 1, column 2"]),
+        "no-weights": (root / "no-weights", ["holds no weights (*.safetensors"]),
+        "truncated-data": (truncated_copy(checkpoint, root / "cut-data"),
+                           [f"{root / 'cut-data' / 'model.safetensors'}: truncated (its tensors need"]),
+        "truncated-header": (truncated_copy(checkpoint, root / "cut-header", keep=100),
+                             [f"{root / 'cut-header' / 'model.safetensors'}: truncated (its header says"]),
+    }
+
+
+@pytest.mark.parametrize("case", ["missing", "no-config", "a-file", "not-json", "no-weights", "truncated-data",
+                                  "truncated-header"])
+def test_local_model_that_holds_no_model_is_a_usage_error(case: str, tmp_path: Path, checkpoint: Path) -> None:
+    (tmp_path / "models").mkdir()
+    argument, fragments = bad_model_paths(tmp_path / "models", checkpoint)[case]
+    run = run_pytest(make_suite(tmp_path / "suite"), "--matrix", "matrix.yaml", "--model", str(argument))
+    assert_one_usage_error(run, [f"--model {argument}:", *fragments])
+
+
+def test_hub_id_missing_offline_fails_with_require_models(tmp_path: Path) -> None:
+    """Without the flag it is a skip (tests/test_maintainer.py); with it every cell errors and the run exits 1."""
+    workdir = make_suite(tmp_path)
+    (workdir / "hf-home").mkdir()
+    run = run_process(workdir, "--matrix", "matrix.yaml", "--model", "some-org/some-model", "--dtype", "float32",
+                      "--require-models", env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(workdir / "hf-home")})
+    assert run.ret == 1, run.output[-4000:]
+    cell = "some-model[float32-cpu-dynamic]"
+    assert run.outcomes() == {(cell, check): "error" for check in CHECKS}
+    message = run.rows()[(cell, "parity")]["message"]
+    assert "offline (HF_HUB_OFFLINE=1) and not in the local cache" in message, message
+    assert message.endswith("(--require-models: a missing model fails its cells)"), message
+
+
+def test_broken_checkpoint_files_in_the_matrix_are_named_at_load_time(tmp_path: Path, checkpoint: Path) -> None:
+    """A matrix entry is loaded during the run: its cells fail with an error that names the file."""
+    cut = truncated_copy(checkpoint, tmp_path / "cut")
+    with pytest.raises(CheckpointFileError, match=f"^{cut / 'model.safetensors'}: truncated"):
+        load_master(ModelSpec(id="cut", source="checkpoint", location=str(cut), settings=SMALL))
+    (cut / "config.json").write_text('{"model_type": "llama",}')
+    with pytest.raises(CheckpointFileError, match=f"^{cut / 'config.json'}: not valid JSON"):
+        load_master(ModelSpec(id="cut", source="checkpoint", location=str(cut), settings=SMALL))
+
+
+def test_pickle_refusal_names_the_matrix_field_and_the_option() -> None:
+    spec = ModelSpec(id="pickled", source="checkpoint", location="/x", settings=SMALL)
+    with pytest.raises(ModelRefused) as refused:
+        check_weight_safety(["config.json", "pytorch_model.bin"], spec, "/x")
+    assert "'allow_pickle: true'" in str(refused.value) and "--allow-pickle" in str(refused.value)
+
+
+# ----------------------------------------------------------------------------------------- --dtype/--device/--cache/--shard
+
+
+BAD_OPTIONS = {
+    "dtype": (["--dtype", "float8"], "--dtype: unknown value 'float8'. Did you mean: float32, float16, bfloat16? "
+                                     "Available: bfloat16, float16, float32"),
+    "device-index": (["--device", "cuda:7"], "--device: unknown value 'cuda:7'. Did you mean: cuda? Available: cpu, cuda, "
+                                             "mps (for a GPU pass --device cuda and choose which one with "
+                                             "CUDA_VISIBLE_DEVICES=7)"),
+    "device-name": (["--device", "gpu"], "--device: unknown value 'gpu'."),
+    "cache": (["--cache", "bogus"], "--cache: unknown value 'bogus'. Available: dynamic, quantized, static"),
+    "attn": (["--attn", "flash"], "--attn: unknown value 'flash'. Available: eager, sdpa"),
+    "dtype-without-tolerance": (["--dtype", "float16"], "--dtype float16: model 'llama-gqa' has no parity tolerance"),
+    "shard-count": (["--shard", "1/0"], "--shard 1/0: N (the number of shards) must be >= 1, got 0"),
+    "shard-index": (["--shard", "3/2"], "--shard 3/2: I (this shard) must be between 1 and N=2, got 3"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_OPTIONS))
+def test_bad_option_value_is_one_usage_error(case: str, tmp_path: Path) -> None:
+    args, fragment = BAD_OPTIONS[case]
+    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", *args)
+    assert_one_usage_error(run, [fragment])
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--model", "/path/that/does/not/exist"], "ERROR: --model /path/that/does/not/exist: no such file or folder"),
+    (["--dtype", "float8"], "ERROR: --dtype: unknown value 'float8'."),
+], ids=["model", "dtype"])
+def test_usage_errors_from_a_real_process(args: list[str], fragment: str, tmp_path: Path) -> None:
+    run = run_process(make_suite(tmp_path), "--matrix", "matrix.yaml", *args)
+    assert_one_usage_error(run, [fragment])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so cuda cells run")
+def test_device_cuda_without_cuda_stays_a_skip_with_its_reason(tmp_path: Path) -> None:
+    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--device", "cuda", "-k", "cuda", "-q")
+    assert run.ret == 0, run.output[-4000:]
+    rows = run.rows()
+    assert rows and {row["outcome"] for row in rows.values()} == {"skip"}
+    assert {row["message"] for row in rows.values()} == {
+        "cuda: no CUDA device on this machine (torch.cuda.is_available() is False)"}
+
+
+# ----------------------------------------------------------------------------------------- --shard
+
+
+def test_empty_shard_writes_a_report_that_says_so(tmp_path: Path) -> None:
+    """main.yaml has 3 models: shard 4/4 holds none. CI uploads its report like any other shard's."""
+    run = run_process(make_suite(tmp_path), "--matrix", "matrix.yaml", "--shard", "4/4")
+    assert run.ret == 0, run.output[-4000:]
+    doc = run.doc()
+    assert doc["results"] == [] and doc["run"]["empty_shard"] is True and doc["run"]["shard"] == "4/4"
+    note = "Empty shard: shard 4/4 holds no models of the matrix, so nothing ran (more shards than models)."
+    assert f"> **{note}**" in (run.report_dir / "conformance.md").read_text()
+    assert f'<p class="banner"><strong>{note}</strong></p>' in (run.report_dir / "conformance.html").read_text()
+    assert "shard 4/4 holds no models of the matrix: nothing ran (the report says so)" in run.out
+
+
+# ----------------------------------------------------------------------------------------- --report-dir
+
+
+def test_report_dir_that_is_a_file_is_a_usage_error_before_any_model_runs(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import kvconform.runner
+
+    loads: list[ModelSpec] = []
+    monkeypatch.setattr(kvconform.runner, "load_master", loads.append)
+    workdir = make_suite(tmp_path)
+    (workdir / "reports").write_text("a file where the report folder should be")
+    run = run_pytest(workdir, "--matrix", "matrix.yaml")
+    assert run.ret == 4 and not loads, run.output[-4000:]
+    assert run.output.strip() == (f"ERROR: --report-dir {workdir / 'reports'}: cannot write reports there "
+                                  "(it is a file, not a folder); pass a writable folder, or --no-reports")
+
+
+def test_report_dir_under_proc_is_a_usage_error(tmp_path: Path) -> None:
+    if not Path("/proc/self").exists():
+        pytest.skip("no /proc on this system")
+    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--report-dir", "/proc/kvconform/reports")
+    assert run.ret == 4, run.output[-4000:]
+    line = run.output.strip()
+    assert line.startswith("ERROR: --report-dir /proc/kvconform/reports: cannot write reports there (") and "\n" not in line
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only folders")
+def test_report_dir_without_write_permission_is_a_usage_error(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    run = run_pytest(make_suite(tmp_path / "suite"), "--matrix", "matrix.yaml", "--report-dir", str(locked / "reports"))
+    assert run.ret == 4 and "PermissionError" in run.output, run.output[-4000:]
+
+
+BREAK_REPORT_DIR = '''
+
+def pytest_runtest_call(item):
+    """Put a file where the report folder goes, after the up-front check passed."""
+    from pathlib import Path
+
+    target = Path(item.config.getoption("report_dir"))
+    if not target.exists():
+        target.write_text("a file where the report folder should be")
+'''
+
+
+def test_report_write_failure_at_the_end_keeps_results_summary_and_fails(tmp_path: Path) -> None:
+    workdir = make_suite(tmp_path / "suite", extra_conftest=BREAK_REPORT_DIR)
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    run = run_process(workdir, "--matrix", "matrix.yaml", *GREEN, env={"TMPDIR": str(temp)})
+    assert run.ret == 1, run.output[-4000:]  # every check passed, but the reports are not where CI looks
+    assert "Traceback" not in run.output, run.output[-4000:]
+    [fallback] = temp.glob("kvconform-results-*.json")
+    errors = [line for line in run.out.splitlines() if line.startswith("kvconform: error:")]
+    assert errors == [f"kvconform: error: could not write the reports to {workdir / 'reports'} (FileExistsError: "
+                      f"File exists: {workdir / 'reports'}); the results are saved in {fallback} (render them: "
+                      f"python tools/render_report.py {fallback} --out DIR)"], run.out[-4000:]
+    assert re.fullmatch(r"=+ 5 passed, 22 deselected in [\d.]+s =+", run.out.splitlines()[-1]), run.out[-1000:]
+    assert {(row["cell_id"], row["outcome"]) for row in load_document(fallback)["results"]} == {(GREEN_CELL, "pass")}
+
+
+def assert_summary_warning_only(run: Run, target: Path) -> None:
+    assert run.ret == 0, run.output[-4000:]
+    assert "Traceback" not in run.output
+    warnings = [line for line in run.out.splitlines() if line.startswith("kvconform: warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith("kvconform: warning: could not append to GITHUB_STEP_SUMMARY ("), run.out
+    assert warnings[0].endswith("; the run's result is unaffected") and str(target) in warnings[0]
+    assert all((run.report_dir / name).is_file() for name in REPORT_FILES)
+
+
+def test_github_step_summary_in_a_missing_folder_is_a_warning_only(tmp_path: Path) -> None:
+    target = tmp_path / "no-such-folder" / "summary.md"
+    run = run_process(make_suite(tmp_path / "suite"), "--matrix", "matrix.yaml", *GREEN,
+                      env={"GITHUB_STEP_SUMMARY": str(target)})
+    assert_summary_warning_only(run, target)
+
+
+def test_github_step_summary_naming_a_folder_is_a_warning_only(tmp_path: Path) -> None:
+    """In-process (run_pytest hides the outer GITHUB_STEP_SUMMARY), so the inner conftest sets and clears it."""
+    hook = f"""
+
+def pytest_configure(config):
+    import os
+    os.environ["GITHUB_STEP_SUMMARY"] = {str(tmp_path)!r}
+
+
+def pytest_unconfigure(config):
+    import os
+    os.environ.pop("GITHUB_STEP_SUMMARY", None)
+"""
+    run = run_pytest(make_suite(tmp_path / "suite", extra_conftest=hook), "--matrix", "matrix.yaml", *GREEN)
+    assert_summary_warning_only(run, tmp_path)
+
+
+def test_render_report_out_that_cannot_be_written_is_one_error_line(tmp_path: Path) -> None:
+    report = tmp_path / "conformance.json"
+    report.write_text(json.dumps({"schema_version": 1, "environment": {}, "excluded": [], "results": [], "cells": []}))
+    (tmp_path / "a-file").write_text("")
+    for out, reason in ((tmp_path / "a-file", "it is a file, not a folder"),
+                        (tmp_path / "a-file" / "sub", "NotADirectoryError: Not a directory")):
+        proc = subprocess.run([sys.executable, str(REPO / "tools" / "render_report.py"), str(report), "--out", str(out)],
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+        assert proc.stderr.startswith(f"render_report: error: --out {out}: cannot write reports there ({reason}")
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+# ----------------------------------------------------------------------------------------- interrupted runs
+
+
+SIGINT_HOOK = f'''
+
+def pytest_runtest_call(item):
+    """A real SIGINT (what Ctrl-C or a CI cancel sends) when {INTERRUPT_TEST} starts."""
+    import os
+    import signal
+
+    if item.name == {INTERRUPT_TEST!r}:
+        os.kill(os.getpid(), signal.SIGINT)
+'''
+
+
+@pytest.fixture(scope="module")
+def sigint_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """main.yaml in a real process that gets SIGINT after both llama-gqa cells (10 checks) finished."""
+    return run_process(make_suite(tmp_path_factory.mktemp("sigint"), extra_conftest=SIGINT_HOOK), "--matrix", "matrix.yaml")
+
+
+def test_interrupted_run_says_so_in_json_markdown_and_html(sigint_run: Run) -> None:
+    assert sigint_run.ret == int(pytest.ExitCode.INTERRUPTED), sigint_run.output[-4000:]
+    doc = sigint_run.doc()
+    assert doc["run"] == {"complete": False, "stopped": "interrupted (Ctrl-C or pytest.exit)", "planned": 20,
+                          "never_ran": 10, "cells_never_ran": 2, "shard": None, "empty_shard": False}
+    assert len(doc["results"]) == 10
+    banner = ("Incomplete run: interrupted (Ctrl-C or pytest.exit); 10 of 20 planned checks never ran (2 cells); "
+              "the totals below count only the checks that finished.")
+    markdown = (sigint_run.report_dir / "conformance.md").read_text()
+    assert markdown.splitlines()[2] == f"> **{banner}**"
+    assert "10 passed, 0 failed, 0 skipped, 0 xfailed, 0 xpassed, 0 errored, 0 crashed (2 cells); 10 planned checks never ran" in markdown
+    assert f'<p class="banner"><strong>{banner}</strong></p>' in (sigint_run.report_dir / "conformance.html").read_text()
+    assert "kvconform: incomplete run: interrupted (Ctrl-C or pytest.exit); 10 of 20 planned checks never ran (2 cells)" in sigint_run.out
+
+
+def test_complete_run_is_marked_complete(tmp_path: Path) -> None:
+    run = run_pytest(make_suite(tmp_path), "--matrix", str(DATA / "main.yaml"), *GREEN)
+    assert run.ret == 0, run.output[-4000:]
+    assert run.doc()["run"] == {"complete": True, "stopped": None, "planned": 5, "never_ran": 0, "cells_never_ran": 0,
+                                "shard": None, "empty_shard": False}
+    assert "Incomplete" not in (run.report_dir / "conformance.md").read_text()
+
+
+def test_run_stopped_by_exitfirst_is_marked_incomplete(tmp_path: Path) -> None:
+    """-x stops at broken-llama's first error: its other 4 checks never run."""
+    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "-q", "-x")
+    assert run.ret == 1, run.output[-4000:]
+    assert run.doc()["run"] == {"complete": False, "stopped": "stopped early (stopping after 1 failures)", "planned": 20,
+                                "never_ran": 4, "cells_never_ran": 1, "shard": None, "empty_shard": False}
+
+
+def test_diff_against_an_interrupted_report_exits_1(sigint_run: Run, tmp_path: Path) -> None:
+    base = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "-q")
+    assert base.ret == 1 and base.doc()["run"]["complete"], base.output[-4000:]  # broken-llama errors, as in main.yaml
+    command = [sys.executable, str(REPO / "tools" / "diff_reports.py"), str(base.report_dir / "conformance.json"),
+               str(sigint_run.report_dir / "conformance.json")]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1] == (
+        "REGRESSED: 5 missing (passed in base), the new report is an incomplete run: interrupted (Ctrl-C or "
+        "pytest.exit); 10 of 20 planned checks never ran (2 cells) (factor 2, margin 0.5).")
+    assert subprocess.run([*command, "--allow-missing"], capture_output=True, timeout=60).returncode == 0
+
+
+# ----------------------------------------------------------------------------------------- ragged with one row
+
+
+RAGGED_MATRIX = """
+version: 1
+defaults:
+  dtypes: [float32]
+  devices: [cpu]
+  prompt_length: 4
+  decode_steps: 2
+  generate: false
+  ragged: true
+  tolerances:
+    float32: {atol: 1.0e-5, rtol: 1.0e-4}
+models:
+  - {id: one-row, synthetic: llama, batch_size: 1}
+  - {id: short-prompt, synthetic: llama, batch_size: 2, prompt_length: 2}
+  - {id: two-rows, synthetic: llama, batch_size: 2}
+"""
+
+
+def test_ragged_that_could_not_fail_is_skipped_with_the_reason(tmp_path: Path) -> None:
+    workdir = make_suite(tmp_path)
+    (workdir / "ragged.yaml").write_text(RAGGED_MATRIX)
+    run = run_pytest(workdir, "--matrix", "ragged.yaml", "-q")
+    assert run.ret == 0, run.output[-4000:]
+    rows = run.rows()
+    one, short = rows[("one-row[float32-cpu-dynamic]", "ragged")], rows[("short-prompt[float32-cpu-dynamic]", "ragged")]
+    assert (one["outcome"], one["message"]) == ("skip", "ragged: batch_size 1 and prompt_length 4 give rows of "
+                                                "lengths [4], so no row is padded; it needs batch_size >= 2 and prompt_length >= 3")
+    assert short["outcome"] == "skip" and "give rows of lengths [2, 2], so no row is padded" in short["message"]
+    control = rows[("two-rows[float32-cpu-dynamic]", "ragged")]
+    assert control["outcome"] == "pass" and "left-padded rows of lengths [4, 3]" in control["message"], control
+    assert rows[("one-row[float32-cpu-dynamic]", "parity")]["outcome"] == "pass"  # the cell's other checks still run

@@ -1,0 +1,71 @@
+"""Known failures are precise and strict: only the expected failure is an xfail, a fixed one fails the run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvconform.known_failures import KnownFailure, known_failure, parse_known_failure
+from kvconform.matrix import MatrixError, load_matrix
+from tests.test_plugin import make_suite, run_pytest
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@pytest.fixture(scope="module")
+def known_run(tmp_path_factory: pytest.TempPathFactory):
+    workdir = make_suite(tmp_path_factory.mktemp("known"), matrix="known_failures.yaml")
+    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q")
+
+
+def test_the_expected_failure_is_an_xfail_with_its_kind_and_reason(known_run) -> None:
+    rows = {key: row for key, row in known_run.rows().items() if key[0].startswith("broken-as-expected")}
+    assert rows and {row["outcome"] for row in rows.values()} == {"xfail"}
+    assert all("not a multiple of the number of attention heads" in row["message"] for row in rows.values())
+
+
+def test_another_failure_of_the_same_check_is_not_hidden(known_run) -> None:
+    rows = {key: row for key, row in known_run.rows().items() if key[0].startswith("broken-otherwise")}
+    assert rows and {row["outcome"] for row in rows.values()} == {"error"}
+    assert all("not the known failure: the matrix expects a failure mentioning 'a different failure'" in row["message"]
+               for row in rows.values())
+
+
+def test_a_fixed_bug_is_an_xpass_that_fails_the_run(known_run) -> None:
+    row = known_run.rows()[("fixed[float32-cpu-dynamic]", "parity")]
+    assert row["outcome"] == "xpass"
+    assert "the known failure no longer occurs: remove its entry from the matrix" in row["message"]
+    assert known_run.ret == 1, known_run.output[-2000:]
+
+
+def test_entry_precedence_is_check_at_dtype_then_check_then_star() -> None:
+    entries = {key: KnownFailure(key, "model bug", key) for key in ("parity@float16", "parity", "*@float16", "*")}
+    assert known_failure(entries, "parity", "float16").reason == "parity@float16"
+    assert known_failure(entries, "parity", "float32").reason == "parity"
+    assert known_failure(entries, "shapes", "float16").reason == "*@float16"
+    assert known_failure(entries, "shapes", "bfloat16").reason == "*"
+    assert known_failure({}, "shapes", "bfloat16") is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "error"),
+    [
+        ("a plain reason", "must be a mapping with reason, kind, expect"),
+        ({"reason": "r", "kind": "model bug"}, "missing expect"),
+        ({"reason": "r", "kind": "bug", "expect": "e"}, "'bug' is not one of model bug, model limitation, not testable"),
+        ({"reason": "r", "kind": "model bug", "expect": "e", "why": "x"}, "unknown field(s) why"),
+        ({"reason": "", "kind": "model bug", "expect": "e"}, "reason: must be a non-empty string"),
+    ],
+)
+def test_malformed_entries_are_named(raw, error) -> None:
+    with pytest.raises(ValueError, match=None) as caught:
+        parse_known_failure(raw, "models[1]: bamba: xfail.parity")
+    assert error in str(caught.value) and "models[1]: bamba: xfail.parity" in str(caught.value)
+
+
+def test_a_malformed_entry_in_the_matrix_is_a_matrix_error(tmp_path) -> None:
+    text = (DATA / "known_failures.yaml").read_text().replace('expect: "not a multiple', 'expected: "not a multiple')
+    (tmp_path / "matrix.yaml").write_text(text)
+    with pytest.raises(MatrixError, match=r"models\[0\] \(id 'broken-as-expected'\): xfail\.\*: unknown field\(s\) expected; missing expect"):
+        load_matrix(tmp_path / "matrix.yaml", known_model_types=lambda: ["llama"])

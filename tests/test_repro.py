@@ -1,0 +1,82 @@
+"""tools/repro.py: every "model bug" of the matrix reproduces without kvconform; a healthy cell does not."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvconform.architecture_table import load_architecture_table
+from kvconform.matrix import load_matrix
+from kvconform.synthetic import causal_lm_model_types
+from tests.conftest import probe_and_check, tiny
+
+REPO = Path(__file__).resolve().parents[1]
+TOOL = REPO / "tools" / "repro.py"
+
+
+def _model_bugs() -> list[tuple[str, str]]:
+    """(cell id, check) for one entry per distinct model-bug reason of the default matrix."""
+    matrix = load_matrix(REPO / "model_matrix.yaml", known_model_types=causal_lm_model_types,
+                         excluded_types=load_architecture_table()[1])
+    cases, seen = [], set()
+    for spec in matrix.models:
+        for key, known in spec.xfail.items():
+            if known.kind != "model bug" or (spec.id, known.reason) in seen:
+                continue
+            seen.add((spec.id, known.reason))
+            check, _, dtype = key.partition("@")
+            cases.append((f"{spec.id}[{dtype or 'float32'}-cpu-dynamic]", "parity" if check == "*" else check))
+    return cases
+
+
+def _write_and_run(tmp_path: Path, cell_id: str, check: str) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "repro.py"
+    made = subprocess.run([sys.executable, str(TOOL), cell_id, "--check", check, "-o", str(script)],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    source = script.read_text()
+    assert not re.search(r"^\s*(from|import) kvconform", source, re.M), "a repro must not import kvconform"
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+
+def test_the_matrix_has_model_bugs_to_reproduce() -> None:
+    assert len(_model_bugs()) >= 5
+
+
+@pytest.mark.parametrize(("cell_id", "check"), _model_bugs())
+def test_every_model_bug_reproduces_standalone(tmp_path, cell_id, check) -> None:
+    run = _write_and_run(tmp_path, cell_id, check)
+    assert run.returncode == 1, f"{cell_id} {check} did not reproduce:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+
+
+def test_a_healthy_cell_does_not_reproduce_and_measures_what_the_suite_measures(tmp_path) -> None:
+    run = _write_and_run(tmp_path, "llama[float32-cpu-dynamic]", "parity")
+    assert run.returncode == 0, run.stdout + run.stderr
+    worst = float(re.search(r"^worst (\S+) vs limit", run.stdout, re.M).group(1))
+    suite = max(probe_and_check(tiny("llama"))["parity"].details["step_max_abs_delta"])
+    assert worst == pytest.approx(suite, abs=1e-5)  # healthy: float32 rounding on both sides
+
+
+def test_the_script_builds_the_same_model_as_the_suite(tmp_path) -> None:
+    """bamba's divergence, per step, is the suite's own measurement."""
+    run = _write_and_run(tmp_path, "bamba[float32-cpu-dynamic]", "parity")
+    printed = [float(x) for x in re.findall(r"^step \d+ \(\w+\): max \|cached - uncached\| = (\S+)", run.stdout, re.M)]
+    suite = probe_and_check(tiny("bamba"))["parity"].details["step_max_abs_delta"]
+    assert printed == pytest.approx(suite, rel=5e-3, abs=1e-5)  # printed to 3 significant digits
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bamba[float32-cpu-dynamc]"], "unknown cell id 'bamba[float32-cpu-dynamc]'; did you mean: bamba[float32-cpu-dynamic]"),
+        (["smollm2-135m[float32-cpu-dynamic]"], "repro scripts rebuild synthetic (random-weight) models"),
+    ],
+)
+def test_cells_it_cannot_write_exit_2_with_one_line(args, message) -> None:
+    run = subprocess.run([sys.executable, str(TOOL), *args], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert message in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
