@@ -56,9 +56,29 @@ def parse_known_failure(raw: Any, where: str) -> KnownFailure:
     return KnownFailure(reason=raw["reason"], kind=raw["kind"], expect=raw["expect"])
 
 
-def known_failure(entries: Mapping[str, KnownFailure], check: str, dtype: str) -> KnownFailure | None:
-    """The entry for ``check`` in ``dtype``: ``check@dtype``, then ``check``, ``*@dtype``, ``*``."""
-    for key in (f"{check}@{dtype}", check, f"*@{dtype}", "*"):
-        if key in entries:
-            return entries[key]
+def known_failure(entries: Mapping[str, KnownFailure], check: str, *tags: str) -> KnownFailure | None:
+    """The entry for ``check`` on a cell with ``tags`` (its dtype, cache and attention implementation).
+
+    A key is ``check`` or ``*``, optionally followed by ``@`` and ``-``-joined tags that must all be the
+    cell's (``parity@float16``, ``parity@static``, ``generate@static-eager``). The named check wins over
+    ``*``, then the key naming more tags: ``check@dtype`` before ``check`` before ``*@dtype`` before ``*``.
+    """
+    best: tuple[int, int, str] | None = None
+    for key in entries:
+        name, _, qualifier = key.partition("@")
+        wanted = qualifier.split("-") if qualifier else []
+        if name in (check, "*") and all(tag in tags for tag in wanted):
+            rank = (name == check, len(wanted), key)
+            best = rank if best is None or rank[:2] > best[:2] else best
+    return entries[best[2]] if best else None
+
+
+def key_problem(key: str, checks: tuple[str, ...], tags: tuple[str, ...]) -> str | None:
+    """What is wrong with an xfail key (an unknown check or tag), or ``None``."""
+    name, _, qualifier = key.partition("@")
+    if name != "*" and name not in checks:
+        return f"unknown check {name!r} (one of *, {', '.join(checks)})"
+    unknown = [tag for tag in qualifier.split("-") if tag not in tags] if qualifier else []
+    if unknown or (qualifier == "" and "@" in key):
+        return f"unknown tag {unknown[0] if unknown else ''!r} after '@' (dtypes, caches or attention implementations: {', '.join(tags)})"
     return None

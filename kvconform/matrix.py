@@ -13,15 +13,18 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from kvconform.known_failures import KnownFailure, parse_known_failure
+from kvconform.known_failures import KnownFailure, key_problem, parse_known_failure
 
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda", "mps")
 CACHES = ("dynamic", "static", "quantized")
 #: Attention implementations a cell can run: the model's sdpa path and the eager reference implementation.
 ATTENTIONS = ("sdpa", "eager")
-#: The tolerance key of the quantized (fp8) cache, applied on top of the dtype's own.
+#: The quantized cache kind (transformers' ``QuantizedCache`` with its fp8 backend).
 QUANTIZED = "quantized"
+#: Every check the suite runs (xfail keys name one of them, or ``*``).
+CHECKS = ("parity", "growth", "shapes", "bytes", "generate", "ragged", "prefix_reuse", "crop", "beam", "reorder",
+          "padded_generate", "attn_agreement", "quantized_kv")
 SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")
 
 #: Fields allowed in ``defaults`` and (as overrides) in any model entry.
@@ -247,7 +250,7 @@ def _parse_tolerances(raw: Any, base: Mapping[str, Tolerance], label: str) -> di
     _expect(raw, dict, label, "tolerances")
     merged = dict(base)
     for dtype, values in raw.items():
-        _names([dtype], (*DTYPES, QUANTIZED), label, "tolerances")
+        _names([dtype], DTYPES, label, "tolerances")
         where = f"{label}: tolerances.{dtype}"
         _expect(values, dict, where, dtype)
         _check_keys(values, TOLERANCE_KEYS, where)
@@ -276,10 +279,8 @@ def _parse_settings(raw: Mapping[str, Any], base: Settings, label: str) -> Setti
         changes["tolerances"] = _parse_tolerances(raw["tolerances"], base.tolerances, label)
     settings = replace(base, **changes)
     missing = [d for d in settings.dtypes if d not in settings.tolerances]
-    if QUANTIZED in settings.caches and QUANTIZED not in settings.tolerances:
-        missing.append(QUANTIZED)
     if missing:
-        raise MatrixError(f"{label}: no tolerance given for {', '.join(missing)} (add them under 'tolerances')")
+        raise MatrixError(f"{label}: no tolerance given for dtype(s) {', '.join(missing)} (add them under 'tolerances')")
     return settings
 
 
@@ -306,6 +307,9 @@ def _parse_xfail(raw: Any, label: str) -> dict[str, KnownFailure]:
     _expect(raw, dict, label, "xfail")
     parsed = {}
     for key, entry in raw.items():
+        problem = key_problem(str(key), CHECKS, (*DTYPES, *CACHES, *ATTENTIONS))
+        if problem is not None:
+            raise MatrixError(f"{label}: xfail.{key}: {problem}")
         try:
             parsed[str(key)] = parse_known_failure(entry, f"{label}: xfail.{key}")
         except ValueError as exc:

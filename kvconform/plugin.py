@@ -151,8 +151,9 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     config._do_configure()
     try:
         from kvconform.listing import render_listing
+        from kvconform.support import spec_paths
 
-        print(render_listing(config.stash[STATE].matrix))
+        print(render_listing(config.stash[STATE].matrix, spec_paths))
     finally:
         config._ensure_unconfigure()
     return 0
@@ -191,7 +192,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         missing = _device_missing(cell.device) or untestable(_check_of(item), cell)
         if missing:
             item.add_marker(pytest.mark.skip(reason=missing))
-        known = known_failure(cell.spec.xfail, _check_of(item), cell.dtype)
+        known = known_failure(cell.spec.xfail, _check_of(item), cell.dtype, cell.cache, cell.attn)
         if known is not None:
             # Strict and precise: only the expected failure (raised as ExpectedFailure) is an xfail.
             item.add_marker(pytest.mark.xfail(reason=known.label, strict=True, raises=ExpectedFailure))

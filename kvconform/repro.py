@@ -13,7 +13,7 @@ from kvconform.known_failures import known_failure
 from kvconform.synthetic import ZERO_INIT_STD, shrink_config
 
 #: Paths a script can reproduce; a crash of any check reproduces through ``parity``.
-REPRO_CHECKS = ("parity", "prefix_reuse", "ragged", "generate")
+REPRO_CHECKS = ("parity", "prefix_reuse", "ragged", "generate", "padded_generate", "crop", "beam", "reorder")
 
 _TEMPLATE = '''#!/usr/bin/env python3
 """Reproduce kvconform cell {cell_id}, check {check}, with torch and transformers only.
@@ -34,7 +34,7 @@ import torch
 import transformers
 from transformers import AutoConfig, StaticCache
 
-DTYPE, SEED, BATCH, PROMPT, STEPS, CACHE = {dtype!r}, {seed!r}, {batch!r}, {prompt!r}, {steps!r}, {cache!r}
+DTYPE, SEED, BATCH, PROMPT, STEPS, CACHE, ATTN = {dtype!r}, {seed!r}, {batch!r}, {prompt!r}, {steps!r}, {cache!r}, {attn!r}
 ATOL, RTOL = {atol!r}, {rtol!r}
 CHECK = {check!r}
 CONFIG_JSON = {config_json!r}
@@ -61,11 +61,13 @@ def build():
             if param.numel() > 1 and param.is_floating_point() and not name.endswith("bias") and not param.any():
                 param.copy_(torch.randn(param.shape, generator=generator) * ZERO_INIT_STD)
     model = model.float().eval()
-    if DTYPE == "float32":
-        return model
-    with tempfile.TemporaryDirectory() as folder:
-        model.save_pretrained(folder)
-        return model_class.from_pretrained(folder, dtype=getattr(torch, DTYPE)).eval()
+    if DTYPE != "float32":
+        with tempfile.TemporaryDirectory() as folder:
+            model.save_pretrained(folder)
+            model = model_class.from_pretrained(folder, dtype=getattr(torch, DTYPE)).eval()
+    if model.config._attn_implementation != ATTN:  # the cell's attention implementation, as users switch it
+        model.set_attn_implementation(ATTN)
+    return model
 
 
 def forward(model, keyword, cache, **inputs):
@@ -90,8 +92,10 @@ def main():
     try:
         if CHECK == "ragged":
             return ragged(model, keyword, prompt, fresh())
-        if CHECK == "generate":
+        if CHECK in ("generate", "padded_generate"):
             return generate(model, prompt)
+        if CHECK == "beam":
+            return beam(model, prompt)
         cache, output = forward(model, keyword, fresh(), input_ids=prompt)
         logits, sequence = [output.logits[:, -1]], [prompt]
         for _ in range(STEPS):
@@ -109,6 +113,10 @@ def main():
             for position in range(PROMPT, total):
                 reused, output = forward(model, keyword, reused, input_ids=full[:, position : position + 1])
                 logits.append(output.logits[:, -1])
+        if CHECK == "crop":
+            return crop(model, keyword, full, fresh)
+        if CHECK == "reorder":
+            return reorder(model, keyword, full, fresh)
         reference = model(input_ids=full, use_cache=False).logits[:, PROMPT - 1 :].float()
     except Exception as exc:  # the crash is the finding
         print(f"the model raised {{type(exc).__name__}}: {{exc}}")
@@ -160,18 +168,78 @@ def ragged(model, keyword, prompt, cache):
     return verdict(deltas, scale)
 
 
+def generation_config(model, use_cache, **extra):
+    """The model's own generation config for STEPS greedy tokens, with the cell's cache_implementation."""
+    config = copy.deepcopy(model.generation_config)
+    implementation = {{"cache_implementation": CACHE}} if use_cache and CACHE != "dynamic" else {{}}
+    config.update(max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False, num_beams=1, use_cache=use_cache,
+                  eos_token_id=None, pad_token_id=0, **implementation, **extra)
+    return config
+
+
 def generate(model, prompt):
-    """Greedy generate() with and without the cache, from the model's own generation config."""
+    """Greedy generate() with and without the cache (padded_generate: rows left-padded to lengths PROMPT, PROMPT-1, ...)."""
+    mask = torch.ones_like(prompt)
+    if CHECK == "padded_generate":
+        for row in range(BATCH):
+            mask[row, : PROMPT - max(2, PROMPT - row)] = 0
+        prompt = torch.where(mask.bool(), prompt, torch.zeros_like(prompt))
     runs = {{}}
     for use_cache in (True, False):
-        config = copy.deepcopy(model.generation_config)
-        config.update(max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False, num_beams=1, use_cache=use_cache,
-                      eos_token_id=None, pad_token_id=0)
-        runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+        runs[use_cache] = model.generate(prompt, generation_config=generation_config(model, use_cache), attention_mask=mask)
     cached, uncached = runs[True][:, PROMPT:], runs[False][:, PROMPT:]
     print(f"cached   {{cached.tolist()}}")
     print(f"uncached {{uncached.tolist()}}")
     return int(not torch.equal(cached, uncached))
+
+
+def beam(model, prompt):
+    """Beam search (3 beams, 3 returned) with and without the cache: the same beams, scores within 2 × the limit."""
+    runs = {{}}
+    for use_cache in (True, False):
+        config = generation_config(model, use_cache, num_beams=3, num_return_sequences=3, early_stopping=False, length_penalty=1.0,
+                                   output_scores=True, return_dict_in_generate=True)
+        runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+    cached, uncached = runs[True], runs[False]
+    print(f"cached   beams {{cached.sequences[:, PROMPT:].tolist()}} scores {{cached.sequences_scores.tolist()}}")
+    print(f"uncached beams {{uncached.sequences[:, PROMPT:].tolist()}} scores {{uncached.sequences_scores.tolist()}}")
+    scale = float(model(input_ids=uncached.sequences, use_cache=False).logits.float().abs().max())
+    delta = float((cached.sequences_scores - uncached.sequences_scores).abs().max())
+    limit = 2 * (ATOL + RTOL * scale)
+    print(f"same beams: {{torch.equal(cached.sequences, uncached.sequences)}}; max |score delta| {{delta:.3g}} (limit {{limit:.3g}})")
+    return int(not torch.equal(cached.sequences, uncached.sequences) or delta > limit)
+
+
+def crop(model, keyword, full, fresh):
+    """Prefill PROMPT+3 tokens recording the past (as assisted decoding does), crop(-3), decode the same tokens again."""
+    cache = fresh() or transformers.DynamicCache(config=model.config.get_text_config(decoder=True))
+    cache.activate_past_recording()
+    cache, _ = forward(model, keyword, cache, input_ids=full[:, : PROMPT + 3])
+    cache.crop(-3)
+    print(f"get_seq_length() after crop(-3): {{int(cache.get_seq_length())}} (expected {{PROMPT}})")
+    logits = []
+    for position in range(PROMPT, full.shape[1]):
+        cache, output = forward(model, keyword, cache, input_ids=full[:, position : position + 1])
+        cache.crop(0)  # as assisted decoding does after every forward
+        logits.append(output.logits[:, -1])
+    reference = model(input_ids=full, use_cache=False).logits[:, PROMPT:].float()
+    return verdict([float((step.float() - reference[:, k]).abs().max()) for k, step in enumerate(logits)], float(reference.abs().max()))
+
+
+def reorder(model, keyword, full, fresh):
+    """reorder_cache(rows rolled by one) on a prefilled cache, then decode; against the same cache prefilled in that order."""
+    order = torch.roll(torch.arange(BATCH), 1)
+    runs = []
+    for rows, reorder_after in ((full, True), (full[order], False)):
+        cache, _ = forward(model, keyword, fresh(), input_ids=rows[:, :PROMPT])
+        if reorder_after:
+            cache.reorder_cache(order)
+        logits = []
+        for position in range(PROMPT, full.shape[1]):
+            cache, output = forward(model, keyword, cache, input_ids=full[order][:, position : position + 1])
+            logits.append(output.logits[:, -1].float())
+        runs.append(logits)
+    return verdict([float((a - b).abs().max()) for a, b in zip(*runs)], max(float(b.abs().max()) for b in runs[1]))
 
 
 def verdict(deltas, scale):
@@ -189,6 +257,16 @@ if __name__ == "__main__":
 '''
 
 
+#: How each path departs from the plain decode, for the script's docstring.
+PATH_NOTES = {
+    "prefix_reuse": ", then continue a copied prefix cache extended by 2 tokens at once",
+    "crop": "; the crop path prefills 3 more, crops them (crop(-3)) and decodes them again",
+    "reorder": "; the reorder path reorders the prefilled rows (reorder_cache) against a cache prefilled in that order",
+    "beam": "; the beam path compares beam search with and without the cache instead",
+    "padded_generate": "; the padded_generate path compares generate() on left-padded rows with and without the cache instead",
+}
+
+
 class ReproError(ValueError):
     """The cell or check cannot be reproduced by a standalone script."""
 
@@ -204,16 +282,16 @@ def repro_script(cell: Cell, check: str = "parity") -> str:
 
     config = shrink_config(spec.location, spec.config)
     sub_config = (architecture_table().get("build_from_sub_config") or {}).get(config.model_type)
-    known = known_failure(spec.xfail, check, cell.dtype)
+    known = known_failure(spec.xfail, check, cell.dtype, cell.cache, cell.attn)
     expectation = f"Expected ({known.kind}): {known.reason}" if known else "No known failure is recorded for this cell."
     settings, tolerance = spec.settings, cell.tolerance
     return _TEMPLATE.format(
         cell_id=cell.id, check=check, expectation=_wrap(expectation), dtype=cell.dtype, seed=settings.seed,
-        batch=settings.batch_size, prompt=settings.prompt_length, steps=settings.decode_steps, cache=cell.cache,
+        batch=settings.batch_size, prompt=settings.prompt_length, steps=settings.decode_steps, cache=cell.cache, attn=cell.attn,
         atol=tolerance.atol, rtol=tolerance.rtol, config_json=config.to_json_string(),
         sub_config=sub_config, model_class=MODEL_FOR_CAUSAL_LM_MAPPING[type(config)].__name__,
         zero_init_std=ZERO_INIT_STD,
-        path_note=", then continue a copied prefix cache extended by 2 tokens at once" if check == "prefix_reuse" else "",
+        path_note=PATH_NOTES.get(check, ""),
     )
 
 

@@ -46,7 +46,7 @@ def _check_name(request: pytest.FixtureRequest) -> str:
 
 def _fail(cell: Cell, check: str, message: str) -> NoReturn:
     """Fail the test; the failure its known-failure entry expects is raised as ``ExpectedFailure`` (an xfail)."""
-    known = known_failure(cell.spec.xfail, check, cell.dtype)
+    known = known_failure(cell.spec.xfail, check, cell.dtype, cell.cache, cell.attn)
     if known is not None and known.matches(message):
         raise ExpectedFailure(message)
     if known is not None:

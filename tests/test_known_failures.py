@@ -69,3 +69,27 @@ def test_a_malformed_entry_in_the_matrix_is_a_matrix_error(tmp_path) -> None:
     (tmp_path / "matrix.yaml").write_text(text)
     with pytest.raises(MatrixError, match=r"models\[0\] \(id 'broken-as-expected'\): xfail\.\*: unknown field\(s\) expected; missing expect"):
         load_matrix(tmp_path / "matrix.yaml", known_model_types=lambda: ["llama"])
+
+
+def test_keys_select_cache_and_attention_as_well_as_dtype() -> None:
+    keys = ("parity@static", "parity@float32-static-eager", "parity@eager", "*@quantized")
+    entries = {key: KnownFailure(key, "model bug", key) for key in keys}
+    assert known_failure(entries, "parity", "float32", "static", "eager").reason == "parity@float32-static-eager"
+    assert known_failure(entries, "parity", "float32", "static", "sdpa").reason == "parity@static"
+    assert known_failure(entries, "parity", "float32", "quantized", "sdpa").reason == "*@quantized"
+    assert known_failure(entries, "shapes", "float32", "quantized", "sdpa").reason == "*@quantized"
+    assert known_failure(entries, "parity", "float32", "dynamic", "sdpa") is None
+
+
+@pytest.mark.parametrize(("key", "error"), [
+    ("parity@flaot32", "xfail.parity@flaot32: unknown tag 'flaot32' after '@'"),
+    ("parity@static-eagre", "unknown tag 'eagre'"),
+    ("pairty", "xfail.pairty: unknown check 'pairty'"),
+])
+def test_a_misspelt_key_is_a_matrix_error(tmp_path, key, error) -> None:
+    (tmp_path / "matrix.yaml").write_text(
+        "version: 1\ndefaults: {tolerances: {float32: {atol: 1.0e-5, rtol: 1.0e-4}}, dtypes: [float32]}\n"
+        f"models:\n  - id: a\n    synthetic: llama\n    xfail: {{'{key}': {{kind: model bug, reason: r, expect: e}}}}\n")
+    with pytest.raises(MatrixError) as caught:
+        load_matrix(tmp_path / "matrix.yaml", known_model_types=lambda: ["llama"])
+    assert error in str(caught.value), str(caught.value)
