@@ -30,11 +30,7 @@ class Cell:
 
     @property
     def tolerance(self) -> Tolerance:
-        own = self.spec.settings.tolerances[self.dtype]
-        if self.cache != QUANTIZED:
-            return own
-        quantized = self.spec.settings.tolerances[QUANTIZED]
-        return Tolerance(max(own.atol, quantized.atol), max(own.rtol, quantized.rtol))
+        return self.spec.settings.tolerances[self.dtype]
 
     @property
     def is_variant(self) -> bool:
@@ -43,9 +39,15 @@ class Cell:
 
 
 #: Checks that run only on some cells: the cell's setting of that name enables them.
-OPTIONAL_CHECKS = ("ragged", "prefix_reuse", "generate", "beam", "crop", "padded_generate", "attn_agreement", "quantized_kv")
+OPTIONAL_CHECKS = (
+    "ragged", "prefix_reuse", "generate", "beam", "reorder", "crop", "padded_generate", "attn_agreement", "quantized_kv",
+)
+#: Checks whose reference is a full-precision run the fp8 cache leaves by design (its frozen scale saturates), or
+#: that compare with a run of another calibration (a per-batch scale: ragged; a prefix's scale: prefix_reuse);
+#: quantized cells are judged against the fp8 design instead (README, "Cache paths").
+FULL_PRECISION_CHECKS = ("generate", "padded_generate", "ragged", "prefix_reuse", "crop")
 #: Checks that compare token choices, run in float32 only (lower precisions flip near-ties).
-FLOAT32_CHECKS = ("generate", "beam", "padded_generate", "attn_agreement")
+FLOAT32_CHECKS = ("generate", "beam", "reorder", "padded_generate", "attn_agreement")
 
 
 def check_applies(check: str, cell: Cell) -> bool:
@@ -55,13 +57,15 @@ def check_applies(check: str, cell: Cell) -> bool:
     if check in FLOAT32_CHECKS and cell.dtype != "float32":
         return False
     if check == "beam" and cell.cache != "dynamic":
-        # Static layers reorder with the same CacheLayerMixin.reorder_cache as dynamic ones (README, "Performance");
-        # the fp8 cache changes scores by design, so its beams are not expected to equal the uncached ones.
-        return False
+        return False  # other caches: their reorder_cache is checked directly (reorder), see reorder.py
+    if check == "reorder":
+        return cell.cache != "dynamic" and cell.spec.settings.beam
     if check == "padded_generate" and cell.attn != cell.model_attn:
         return False  # the ragged path already decodes a left-padded batch with this attention (README, "Performance")
     if check == "quantized_kv":
         return cell.cache == QUANTIZED
+    if cell.cache == QUANTIZED and check in FULL_PRECISION_CHECKS:
+        return False
     if check == "attn_agreement":
         return cell.attn != cell.model_attn and cell.cache == "dynamic"
     return bool(getattr(cell.spec.settings, check))

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from kvconform.cache_io import new_cache, returned_cache, seq_length
+from kvconform.support import crop_support
 from kvconform.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
 #: Tokens rolled back: a typical number of rejected draft tokens.
@@ -22,6 +23,9 @@ CROP_TOKENS = 3
 
 def _fresh_cache(model: torch.nn.Module, kind: str, max_len: int) -> Any:
     """The cache ``generate()`` would build for ``kind`` (a ``DynamicCache`` of the text config for dynamic)."""
+    reason = crop_support(type(model))
+    if reason is not None:
+        raise PathNotApplicable(reason)
     cache = new_cache(model, kind, max_len)
     if cache is None:
         from transformers import DynamicCache

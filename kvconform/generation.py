@@ -20,6 +20,8 @@ from kvconform.probe import GenerateRecord, run_generate
 
 #: Beams in the beam-search check: enough that reordering moves rows between beams.
 NUM_BEAMS = 3
+#: What generate() raises for a model whose cache cannot be reordered (generation/utils.py, beam search).
+CANNOT_REORDER = "cannot use beam search with a cache currently, as the cache cannot be reordered"
 
 
 def cache_implementation(cache: str) -> dict[str, Any]:
@@ -64,6 +66,8 @@ class BeamRecord:
     """First generated position where a returned beam differs, or ``None``."""
     num_beams: int = NUM_BEAMS
     error: str | None = None
+    not_applicable: str | None = None
+    """Set when generate() refuses beam search with this model's cache (its own words)."""
 
     @property
     def max_score_delta(self) -> float:
@@ -86,6 +90,10 @@ def run_beam(model: torch.nn.Module, plan: Any) -> BeamRecord:
                 **(cache_implementation(plan.cache) if use_cache else {}),
             )
             runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+    except ValueError as exc:
+        if CANNOT_REORDER in str(exc):  # transformers' own refusal: the model's cache has no reorder_cache
+            return BeamRecord([], [], [], [], None, not_applicable=f"generate() refuses: {exc}"[:500])
+        return BeamRecord([], [], [], [], None, error=f"{type(exc).__name__}: {exc}"[:500])
     except Exception as exc:  # noqa: BLE001 - a crash fails the beam check only
         return BeamRecord([], [], [], [], None, error=f"{type(exc).__name__}: {exc}"[:500])
     new = prompt.shape[1]

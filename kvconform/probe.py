@@ -19,8 +19,10 @@ from kvconform.cache_io import (
     snapshot_layers,
 )
 from kvconform.crop import run_crop
+from kvconform.reorder import run_reorder
 from kvconform.kv_compare import Divergence, locate_divergence
 from kvconform.matrix import Tolerance
+from kvconform.quantized import QuantizedKVRecord
 from kvconform.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
 from kvconform.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
 
@@ -42,6 +44,8 @@ class ProbePlan:
     prefix_reuse: bool = False
     #: Also crop a prefilled cache back and decode again (assisted decoding's rollback).
     crop: bool = False
+    #: Also reorder a prefilled cache's rows and decode (beam search's cache operation).
+    reorder: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
 
@@ -95,6 +99,12 @@ class ProbeRecord:
     generate: GenerateRecord | None
     paths: dict[str, PathRecord] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    reference: str = "the uncached reference"
+    """What the cached logits are compared with (quantized cells: the fp8 design, see fp8_design.py)."""
+    quantized: QuantizedKVRecord | None = None
+    """Quantized cells: the stored fp8 values against the design's."""
+    full_precision_delta: float | None = None
+    """Quantized cells: max |Δlogit| against the uncached full-precision pass (a finding, not a verdict)."""
 
     @property
     def max_abs_delta(self) -> float:
@@ -156,6 +166,12 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
     reference = model(input_ids=full, use_cache=False).logits
     timings["reference_s"] = time.perf_counter() - start
     reference_steps = reference[:, plan.prompt_length - 1 :, :]
+    quantized, full_precision_delta = None, None
+    if plan.cache == "quantized":  # judged against the fp8 design (fp8_design.py); full precision is a finding
+        start = time.perf_counter()
+        full_precision_delta = max(_compare(logits, reference_steps[:, k, :])[0] for k, logits in enumerate(cached_logits))
+        reference_steps, quantized = _design_reference(model, keyword, full, plan.prompt_length, cache)
+        timings["design_reference_s"] = time.perf_counter() - start
 
     steps = []
     for step, logits in enumerate(cached_logits):
@@ -185,7 +201,8 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
     paths = {}
     runs = {"prefix_reuse": lambda: run_prefix_reuse(model, plan, keyword, reference, full),
             "ragged": lambda: run_ragged(model, plan, keyword),
-            "crop": lambda: run_crop(model, plan, keyword, reference, full)}
+            "crop": lambda: run_crop(model, plan, keyword, reference, full),
+            "reorder": lambda: run_reorder(model, plan, keyword, full)}
     for name, run in runs.items():
         if getattr(plan, name):
             start = time.perf_counter()
@@ -218,7 +235,23 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
         generate=generate,
         paths=paths,
         timings=timings,
+        reference="the fp8 design reference" if quantized is not None else "the uncached reference",
+        quantized=quantized,
+        full_precision_delta=full_precision_delta,
     )
+
+
+def _design_reference(model: torch.nn.Module, keyword: str, full: torch.Tensor, prompt_length: int,
+                      cache: Any) -> tuple[torch.Tensor, QuantizedKVRecord]:
+    """The same prefill and decode through the fp8 design on full-precision storage: its logits [B, N+1, V]
+    and the real cache's stored values compared with the design's."""
+    from kvconform.fp8_design import compare_with_design, design_cache
+
+    design = design_cache(model)
+    logits = [model(input_ids=full[:, :prompt_length], use_cache=True, **{keyword: design}).logits[:, -1, :]]
+    for position in range(prompt_length, full.shape[1]):
+        logits.append(model(input_ids=full[:, position : position + 1], use_cache=True, **{keyword: design}).logits[:, -1, :])
+    return torch.stack(logits, dim=1), compare_with_design(cache, design)
 
 
 def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> Divergence | None:

@@ -3,6 +3,12 @@
 transformers 5.24's ``QuantizedCache(backend="fp8")`` keeps each layer's keys and values as
 ``float8_e4m3fn`` tensors with one float32 scale each (calibrated on the first update, then frozen),
 and no residual full-precision buffer. The layout has no public accessor, so it is read here, in one place.
+
+By design the frozen scale saturates: a later token whose K/V exceed the first update's amax is stored
+as ±448 × scale, so a quantized cell's logits may leave the full-precision reference by far more than
+any rounding tolerance (up to 0.79 × max|logit| on the shrunk sweep). Quantized cells are therefore
+judged against the design itself (``fp8_design.py``), with the dtype's own tolerance; the distance to
+full precision and the saturation are reported as findings.
 """
 
 from __future__ import annotations
@@ -43,59 +49,20 @@ def quantized_state(index: int, layer: Any) -> LayerState | None:
     )
 
 
-#: float8_e4m3fn keeps 3 mantissa bits: rounding moves a normal value by at most 2^-4 of itself, and a
-#: subnormal by at most half the smallest step, 2^-10 (in units of the scale; 2^-9 is allowed here).
-FP8_RELATIVE_ERROR = 2.0**-4
-FP8_ABSOLUTE_STEPS = 2.0**-9
-
-
 @dataclass
 class QuantizedKVRecord:
-    """The first K/V layer of an fp8 cache after prefill + decode, against a fresh full-precision pass."""
+    """The fp8 cache's stored values against what its documented design stores, layer by layer."""
 
-    layer: int
     tokens: int
     worst_excess: float
-    """max over elements of |dequantized − fresh| ÷ the fp8 rounding bound (≤ 1 is within rounding)."""
-    worst_position: int
-    worst_tensor: str
-    scales: tuple[float, float]
+    """max over layers and elements of |dequantized − design| ÷ float8 rounding at that value (≤ 1: within rounding)."""
+    first_layer: int
+    """The first layer, and in it the first position and tensor, whose stored values are off the design."""
+    first_position: int
+    first_tensor: str
+    scale_problem: str | None
+    """Set when a stored scale is not amax(first update) / 448 of the design."""
+    saturated_fraction: float
+    """Share of the design's K/V values beyond 448 × their frozen scale (stored as ±448 × scale by design)."""
     max_ratio_to_scale: float
-    """max |fresh value| ÷ scale: above 448 (float8_e4m3fn's largest value) the frozen scale cannot hold it."""
-
-
-@torch.inference_mode()
-def run_quantized_kv(model: torch.nn.Module, plan: Any, keyword: str) -> QuantizedKVRecord:
-    """Prefill P seeded tokens into ``QuantizedCache(fp8)``, decode N more one by one, and compare the first
-    K/V layer (whose inputs do not depend on any cached attention) with a ``DynamicCache`` pass over all of them."""
-    from transformers import DynamicCache
-
-    from kvconform.cache_io import cache_layers, input_device, make_prompt, new_cache, returned_cache
-
-    total = plan.prompt_length + plan.decode_steps
-    vocab = model.config.get_text_config(decoder=True).vocab_size
-    ids = make_prompt(plan.batch_size, total, plan.seed, vocab, input_device(model))
-    cache = new_cache(model, "quantized", total)
-    cache = returned_cache(model(input_ids=ids[:, : plan.prompt_length], use_cache=True, **{keyword: cache}), cache)
-    for position in range(plan.prompt_length, total):
-        cache = returned_cache(model(input_ids=ids[:, position : position + 1], use_cache=True, **{keyword: cache}), cache)
-    fresh = DynamicCache(config=model.config.get_text_config(decoder=True))
-    fresh = returned_cache(model(input_ids=ids, use_cache=True, **{keyword: fresh}), fresh)
-    index, layer = next((i, l) for i, l in enumerate(cache_layers(cache)) if getattr(l, "_quantized_keys", None) is not None)
-    reference = cache_layers(fresh)[index]
-    worst = (0.0, 0, "keys")
-    ratio = 0.0
-    scales = []
-    for name, stored, want in (("keys", layer._quantized_keys, reference.keys), ("values", layer._quantized_values, reference.values)):
-        values, scale = stored
-        scale_value = float(scale)
-        scales.append(scale_value)
-        got = values.float() * scale_value
-        want = want.float()
-        bound = FP8_RELATIVE_ERROR * want.abs() + FP8_ABSOLUTE_STEPS * scale_value
-        excess = torch.nan_to_num((got - want).abs() / bound, nan=float("inf")).amax(dim=(0, 1, 3))  # per position
-        position = int(excess.argmax())
-        if float(excess[position]) > worst[0]:
-            worst = (float(excess[position]), position, name)
-        ratio = max(ratio, float(want.abs().max()) / scale_value)
-    return QuantizedKVRecord(index, total, worst[0], worst[1], worst[2], (scales[0], scales[1]), ratio)
+    """max |full-precision value| ÷ its frozen scale over all layers (> 448: saturated)."""

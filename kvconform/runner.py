@@ -88,7 +88,7 @@ class CellRunner:
             seed=settings.seed, cache=cell.cache, device=cell.device,
             generate=check_applies("generate", cell),
             ragged=settings.ragged and untestable("ragged", cell) is None, prefix_reuse=settings.prefix_reuse,
-            crop=check_applies("crop", cell),
+            crop=check_applies("crop", cell), reorder=check_applies("reorder", cell),
             # K/V localization compares stored tensors: a quantized cache stores other values by design.
             locate_tolerance=None if cell.cache == "quantized" else cell.tolerance,
         )
@@ -114,13 +114,10 @@ def _already_placed(master: Any, cell: Cell) -> bool:
 def run_extras(model: Any, plan: ProbePlan, cell: Cell, master: Any, timings: dict[str, float]) -> dict[str, Any]:
     """The cell's generation paths and, for a non-default attention, its agreement with the model's own (timed)."""
     from kvconform.attention import run_agreement
-    from kvconform.cache_io import cache_keyword
     from kvconform.generation import run_beam, run_padded_generate
-    from kvconform.quantized import run_quantized_kv
 
     runs = {"beam": lambda: run_beam(model, plan), "padded_generate": lambda: run_padded_generate(model, plan),
-            "attn_agreement": lambda: run_agreement(model, master, plan),
-            "quantized_kv": lambda: run_quantized_kv(model, plan, cache_keyword(model))}
+            "attn_agreement": lambda: run_agreement(model, master, plan)}
     extras: dict[str, Any] = {}
     for name, run in runs.items():
         if check_applies(name, cell):

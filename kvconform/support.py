@@ -72,6 +72,31 @@ def cache_support(cls: type, config: Any, cache: str) -> str | None:
     return None
 
 
+def crop_support(cls: type) -> str | None:
+    """Why ``generate()``'s assisted decoding (which rolls the cache back with ``crop``) refuses ``cls``, or ``None``.
+    Whether the built cache can crop (``is_croppable``) is known only after a prefill (crop.py)."""
+    if getattr(cls, "_is_stateful", False):
+        return f"generate() refuses assisted decoding for {cls.__name__} (_is_stateful: 'assisted generation is not supported with stateful models')"
+    if not cls._supports_default_dynamic_cache():
+        return (f"{cls.__name__} keeps its own cache (_supports_default_dynamic_cache is False), so generate() builds none and "
+                "assisted decoding raises 'Assisted decoding requires a cache'")
+    return None
+
+
+#: The paths ``--list-models`` counts, beside the dynamic cache every model runs.
+LISTED_PATHS = ("static", "quantized", "sdpa", "eager", "crop")
+
+
+def spec_paths(spec: ModelSpec) -> dict[str, str | None]:
+    """For a synthetic entry: why each of ``LISTED_PATHS`` does not run (``None``: it runs), by the rules the runner applies."""
+    from kvconform.synthetic import shrink_config
+
+    cls = model_class(spec.model_type)
+    config = shrink_config(spec.location, spec.config)
+    return {"static": cache_support(cls, config, "static"), "quantized": cache_support(cls, config, "quantized"),
+            "sdpa": attention_support(cls, "sdpa"), "eager": None, "crop": crop_support(cls)}
+
+
 def cell_support(model: torch.nn.Module, cache: str, attn: str) -> str | None:
     """Why a cell with ``cache`` and ``attn`` cannot run on ``model``, or ``None``."""
     return attention_support(type(model), attn) or cache_support(type(model), model.config, cache)

@@ -44,6 +44,8 @@ class PathRecord:
     """Set when the model or cache cannot take this path, with the reason."""
     topk_ties: TopkTies | None = None
     """Set when the path failed and its top-k selections were decided by exact ties (then no cache is blamed)."""
+    reference: str = "the uncached reference"
+    """What the path's logits are compared with."""
 
 
 class PathNotApplicable(RuntimeError):
@@ -88,6 +90,21 @@ def _generate_feeds_mask(model: torch.nn.Module, keyword: str, token: torch.Tens
     return prepared.get("attention_mask") is not None
 
 
+def _mask_as_generate_feeds(model: torch.nn.Module, cache: Any, ids: torch.Tensor, attention: torch.Tensor,
+                            positions: dict[str, torch.Tensor]) -> Any:
+    """The 2-D mask, or for a compileable (static) cache the 4-D masks ``generate()`` builds from it beforehand
+    (GenerationMixin.prepare_inputs_for_generation: ``create_masks_for_generate``), as generate() feeds them."""
+    from transformers import Cache
+    from transformers.masking_utils import create_masks_for_generate
+
+    if not (isinstance(cache, Cache) and cache.is_compileable and not all(cache.is_linear)):
+        return attention
+    build = getattr(model, "create_masks_for_generate", create_masks_for_generate)
+    dtype = next(model.parameters()).dtype
+    return build(config=model.config, inputs_embeds=torch.empty((ids.shape[0], ids.shape[1], 0), dtype=dtype, device=ids.device),
+                 attention_mask=attention, cache=cache, position_ids=positions.get("position_ids"))
+
+
 @torch.inference_mode()
 def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
     """Left-padded prompts of lengths P, P-1, … (at least 2) decoded together with a mask."""
@@ -103,7 +120,7 @@ def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
 
     def step(ids: torch.Tensor, attention: torch.Tensor, cache: Any, feed_mask: bool = True) -> tuple[Any, Any]:
         positions = {"position_ids": ((attention.cumsum(-1) - 1).clamp(min=0))[:, -ids.shape[1] :]} if use_positions else {}
-        masks = {"attention_mask": attention} if feed_mask else {}
+        masks = {"attention_mask": _mask_as_generate_feeds(model, cache, ids, attention, positions)} if feed_mask else {}
         return forward_keeping_cache(model, keyword, cache, input_ids=ids, **masks, **positions)
 
     cache, output = step(padded, mask, new_cache(model, plan.cache, width + plan.decode_steps))

@@ -20,7 +20,6 @@ TOLERANCES = {
     "float32": Tolerance(atol=1e-5, rtol=3e-5),
     "float16": Tolerance(atol=1e-3, rtol=2e-2),
     "bfloat16": Tolerance(atol=1e-2, rtol=1e-1),
-    "quantized": Tolerance(atol=1e-2, rtol=1.0),
 }
 
 

@@ -170,6 +170,15 @@ def beam_not_reordered() -> list[Patch]:
     return [(CacheLayerMixin, "reorder_cache", reorder_cache)]
 
 
+def static_not_reordered() -> list[Patch]:
+    """A static layer's ``reorder_cache`` leaves its preallocated rows where they were."""
+
+    def reorder_cache(self: Any, beam_idx: torch.Tensor) -> None:
+        return None
+
+    return [(StaticLayer, "reorder_cache", reorder_cache)]
+
+
 def crop_one_short() -> list[Patch]:
     """``crop(-k)`` removes k-1 columns: one rejected token's K/V stays in the cache."""
     original = DynamicLayer.crop
@@ -208,6 +217,7 @@ def fp8_scale_drift() -> list[Patch]:
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "beam_not_reordered": beam_not_reordered,
     "crop_one_short": crop_one_short,
+    "static_not_reordered": static_not_reordered,
     "static_window_no_roll": static_window_no_roll,
     "fp8_scale_drift": fp8_scale_drift,
     "write_late": write_late,
@@ -227,12 +237,15 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
 def planted(fault: str) -> Iterator[None]:
     """Apply one fault from ``FAULTS`` for the duration of the block."""
     patches = FAULTS[fault]()
-    saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in patches]
+    saved = [(cls, name, cls.__dict__.get(name)) for cls, name, _ in patches]
     try:
         for cls, name, replacement in patches:
             setattr(cls, name, replacement)
         yield
     finally:
         for cls, name, original in saved:
-            setattr(cls, name, original)
+            if original is None:  # the class inherited it: drop the patch so inheritance applies again
+                delattr(cls, name)
+            else:
+                setattr(cls, name, original)
 

@@ -50,8 +50,11 @@ def run_checks(runner: CellRunner, spec: ModelSpec, dtype: str = "float32", cach
         results["beam"] = path_checks.beam(extras["beam"], tolerance, record.logit_scale)
     if "padded_generate" in extras:
         results["padded_generate"] = checks.generate(record, tolerance, extras["padded_generate"], "padded_generate")
-    if "quantized_kv" in extras:
-        results["quantized_kv"] = path_checks.quantized_kv(extras["quantized_kv"])
+    if cache == "quantized":
+        results["quantized_kv"] = path_checks.quantized_kv(record.quantized)
+    for name in ("generate", "reorder"):
+        if name in results and results[name].measured == "not run":
+            del results[name]
     if "attn_agreement" in extras:
         results["attn_agreement"] = path_checks.attention_agreement(extras["attn_agreement"], tolerance)
     return results
@@ -70,7 +73,9 @@ def test_healthy_models_pass_every_path(runner, spec, cache, attn, dtype):
     results = run_checks(runner, spec, dtype, cache, attn)
     assert not _failed(results), _failed(results)
     if dtype == "float32":
-        expected = {"generate"} | ({"padded_generate"} if attn == "sdpa" else set()) | ({"beam"} if cache == "dynamic" else set())
+        full_precision = cache != "quantized"
+        expected = ({"generate"} if full_precision else {"quantized_kv"}) | ({"beam"} if cache == "dynamic" else {"reorder"})
+        expected |= {"padded_generate"} if attn == "sdpa" and full_precision else set()
         expected |= {"attn_agreement"} if attn == "eager" and cache == "dynamic" else set()
         assert expected <= set(results), sorted(results)
     if cache != "quantized" and spec is LLAMA:
@@ -82,6 +87,15 @@ def test_static_sliding_layer_is_decoded_past_its_window(runner):
     layers = {state.layer_class for step in runner.outcomes["mistral[float32-cpu-static]"].record.steps for state in step.layers}
     assert layers == {"StaticSlidingWindowLayer"}
     assert results["growth"].passed and "6→7→" in results["growth"].measured
+
+
+def test_quantized_cells_are_judged_against_the_fp8_design(runner):
+    results = run_checks(runner, LLAMA, cache="quantized")
+    record = runner.outcomes["llama[float32-cpu-quantized]"].record
+    assert record.reference == "the fp8 design reference" and "the fp8 design reference" in results["parity"].message
+    # The design itself leaves full precision by far more than the float32 limit: that is a finding, not the verdict.
+    assert record.full_precision_delta > 100 * float(results["parity"].limit), results["parity"].message
+    assert results["quantized_kv"].passed and "saturation (by design, not a fault)" in results["quantized_kv"].message
 
 
 def test_quantized_bytes_describe_fp8_values_and_scales(runner):
@@ -103,7 +117,8 @@ PATH_FAULTS = {
     "beam_not_reordered": (LLAMA, "dynamic", "sdpa", "beam", "suspect the cache reorder between steps"),
     "crop_one_short": (LLAMA, "dynamic", "sdpa", "crop", "get_seq_length() trace [7, 8,"),
     "static_window_no_roll": (MISTRAL, "static", "sdpa", "parity", "first K/V divergence at layer 0"),
-    "fp8_scale_drift": (LLAMA, "quantized", "sdpa", "quantized_kv", "layer 0, position 13 (keys): the dequantized cache differs"),
+    "fp8_scale_drift": (LLAMA, "quantized", "sdpa", "quantized_kv", "layer 0, position 6 (keys): the dequantized cache differs from the fp8 design"),
+    "static_not_reordered": (LLAMA, "static", "sdpa", "reorder", "leave the same static cache prefilled in that row order from decode step 0"),
 }
 
 
@@ -111,8 +126,8 @@ PATH_FAULTS = {
 @pytest.mark.parametrize("fault", sorted(PATH_FAULTS))
 def test_planted_path_fault_fails_its_check(runner, fault, dtype):
     spec, cache, attn, check, located = PATH_FAULTS[fault]
-    if check == "beam" and dtype != "float32":
-        pytest.skip("beam search is compared in float32 cells only")
+    if check in ("beam", "reorder") and dtype != "float32":
+        pytest.skip(f"{check} is compared in float32 cells only")
     with planted(fault):
         results = run_checks(runner, spec, dtype, cache, attn)
     assert not results[check].passed, f"{fault} in {dtype}: {check} passed: {results[check].message}"

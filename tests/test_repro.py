@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from kvconform.architecture_table import load_architecture_table
+from kvconform.cells import expand_cells
 from kvconform.matrix import load_matrix
+from kvconform.support import model_attention
 from kvconform.synthetic import causal_lm_model_types
 from tests.conftest import probe_and_check, tiny
 
@@ -19,17 +21,22 @@ TOOL = REPO / "tools" / "repro.py"
 
 
 def _model_bugs() -> list[tuple[str, str]]:
-    """(cell id, check) for one entry per distinct model-bug reason of the default matrix."""
+    """(cell id, check) for one entry per distinct model-bug reason of the default matrix: the first cpu cell
+    whose dtype, cache and attention carry the key's tags (float32 and the dynamic cache first)."""
     matrix = load_matrix(REPO / "model_matrix.yaml", known_model_types=causal_lm_model_types,
                          excluded_types=load_architecture_table()[1])
+    cells = [cell for cell in expand_cells(matrix, model_attention) if cell.device == "cpu"]
     cases, seen = [], set()
     for spec in matrix.models:
         for key, known in spec.xfail.items():
             if known.kind != "model bug" or (spec.id, known.reason) in seen:
                 continue
             seen.add((spec.id, known.reason))
-            check, _, dtype = key.partition("@")
-            cases.append((f"{spec.id}[{dtype or 'float32'}-cpu-dynamic]", "parity" if check == "*" else check))
+            check, _, qualifier = key.partition("@")
+            tags = set(qualifier.split("-")) - {""}
+            matching = [c for c in cells if c.spec.id == spec.id and tags <= {c.dtype, c.cache, c.attn}]
+            cell = min(matching, key=lambda c: (c.dtype != "float32", c.cache != "dynamic", c.attn != c.model_attn))
+            cases.append((cell.id, "parity" if check == "*" else check))
     return cases
 
 

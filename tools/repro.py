@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from kvconform.architecture_table import load_architecture_table  # noqa: E402
 from kvconform.cells import expand_cells  # noqa: E402
+from kvconform.support import model_attention  # noqa: E402
 from kvconform.matrix import MatrixError, load_matrix  # noqa: E402
 from kvconform.repro import REPRO_CHECKS, ReproError, repro_script  # noqa: E402
 from kvconform.synthetic import causal_lm_model_types  # noqa: E402
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     except MatrixError as exc:
         print(f"repro: error: {exc}", file=sys.stderr)
         return 2
-    cells = {cell.id: cell for cell in expand_cells(matrix)}
+    cells = {cell.id: cell for cell in expand_cells(matrix, model_attention)}
     if args.cell not in cells:
         close = difflib.get_close_matches(args.cell, cells, n=3, cutoff=0.5)
         hint = f"; did you mean: {', '.join(close)}?" if close else "; list them with `pytest suites --collect-only -q`"

@@ -1,0 +1,49 @@
+"""What beam search relies on between steps, checked directly: ``reorder_cache(beam_idx)`` moves every
+row's cached state with it.
+
+A prefilled cache of B rows is reordered by a permutation that moves every row and then decoded; a
+second cache of the same kind, prefilled with the rows already in that order, is decoded with the same
+tokens. Rows are independent, so both must give the same logits at the dtype's tolerance, for any cache
+kind: even a quantized cache's per-tensor scale does not depend on the order of the rows. It runs on the
+static and quantized cells, whose beam search is not compared token by token (README, "Cache paths").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from kvconform.cache_io import forward_keeping_cache, new_cache, returned_cache, seq_length
+from kvconform.variants import PathNotApplicable, PathRecord, row_delta, summarize
+
+
+def _decode(model: torch.nn.Module, keyword: str, cache: Any, tokens: torch.Tensor) -> tuple[list[torch.Tensor], list[int | None], Any]:
+    logits, lengths = [], []
+    for position in range(tokens.shape[1]):
+        output = model(input_ids=tokens[:, position : position + 1], use_cache=True, **{keyword: cache})
+        cache = returned_cache(output, cache)
+        logits.append(output.logits[:, -1, :])
+        lengths.append(seq_length(cache))
+    return logits, lengths, cache
+
+
+@torch.inference_mode()
+def run_reorder(model: torch.nn.Module, plan: Any, keyword: str, sequence: torch.Tensor) -> PathRecord:
+    """Prefill ``sequence``'s prompt, ``reorder_cache`` by a row rotation, decode; compare with the rotated prefill."""
+    batch, prompt_length, total = sequence.shape[0], plan.prompt_length, sequence.shape[1]
+    if batch < 2:
+        raise PathNotApplicable(f"batch_size {batch}: reordering needs at least 2 rows")
+    order = torch.roll(torch.arange(batch, device=sequence.device), 1)
+    cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prompt_length])
+    cache.reorder_cache(order)
+    reordered = sequence[order]
+    logits, lengths, cache = _decode(model, keyword, cache, reordered[:, prompt_length:])
+    fresh, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=reordered[:, :prompt_length])
+    expected, _, _ = _decode(model, keyword, fresh, reordered[:, prompt_length:])
+    deltas = [row_delta(got, want) for got, want in zip(logits, expected)]
+    scale = max(float(torch.nan_to_num(want.float()).abs().max()) for want in expected)
+    description = f"a prefilled {plan.cache} cache reordered by rows {order.tolist()} (reorder_cache), then decoded"
+    record = summarize("reorder", deltas, scale, description, lengths, prompt_length + 1, cache)
+    record.reference = f"the same {plan.cache} cache prefilled in that row order"
+    return record
