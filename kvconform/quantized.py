@@ -6,7 +6,7 @@ and no residual full-precision buffer. The layout has no public accessor, so it 
 
 By design the frozen scale saturates: a later token whose K/V exceed the first update's amax is stored
 as ±448 × scale, so a quantized cell's logits may leave the full-precision reference by far more than
-any rounding tolerance (up to 0.79 × max|logit| on the shrunk sweep). Quantized cells are therefore
+any rounding tolerance (up to 0.80 × max|logit| on the shrunk sweep). Quantized cells are therefore
 judged against the design itself (``fp8_design.py``), with the dtype's own tolerance; the distance to
 full precision and the saturation are reported as findings.
 """
