@@ -18,6 +18,7 @@ from kvconform.cache_io import (
     LayerState, cache_keyword, cache_layers, forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length,
     snapshot_layers,
 )
+from kvconform.geometry import cache_geometry
 from kvconform.kv_compare import Divergence, locate_divergence
 from kvconform.matrix import Tolerance
 from kvconform.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
@@ -218,17 +219,38 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
 
 
 def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> Divergence | None:
-    """Compare the decoded cache with the K/V one fresh pass over the whole sequence stores."""
-    reference_cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, full.shape[1]), input_ids=full)
+    """Compare the decoded cache with the K/V of one fresh pass over the whole sequence.
+
+    For dynamic cells the fresh pass writes into a config-less ``DynamicCache`` (plain layers that keep
+    every token, written once), so the reference cannot share a fault of the layer classes under test;
+    each decoded layer is compared with the positions its type must keep (``geometry``). Models whose
+    layers need their configured cache, and static cells (whose sliding layers roll), use a fresh
+    cache of the cell's own kind, written in one multi-token update.
+    """
+    from transformers import DynamicCache
+
+    total = full.shape[1]
+    reference_cache = None
+    if plan.cache == "dynamic":
+        try:
+            reference_cache, _ = forward_keeping_cache(model, keyword, DynamicCache(), input_ids=full)
+        except Exception:  # noqa: BLE001 - e.g. linear-attention layers need their configured cache
+            reference_cache = None
+    if reference_cache is None:
+        reference_cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=full)
+    layers = cache_geometry(model.config).layers
     pairs = []
-    for decoded, reference in zip(cache_layers(cache), cache_layers(reference_cache)):
-        keys = getattr(decoded, "keys", None)
-        ref_keys = getattr(reference, "keys", None)
-        if isinstance(keys, torch.Tensor) and isinstance(ref_keys, torch.Tensor):
-            pairs.append((keys, decoded.values, ref_keys, reference.values))
-        else:
+    for index, (decoded, reference) in enumerate(zip(cache_layers(cache), cache_layers(reference_cache))):
+        keys, ref_keys = getattr(decoded, "keys", None), getattr(reference, "keys", None)
+        if not (isinstance(keys, torch.Tensor) and isinstance(ref_keys, torch.Tensor)):
             pairs.append(None)
-    return locate_divergence(pairs, valid_length=full.shape[1])
+            continue
+        ref_values = reference.values
+        if plan.cache == "dynamic" and index < len(layers) and layers[index].keeps_kv and ref_keys.shape[-2] == total:
+            keep = layers[index].stored_length(total, None)
+            ref_keys, ref_values = ref_keys[..., total - keep :, :], ref_values[..., total - keep :, :]
+        pairs.append((keys, decoded.values, ref_keys, ref_values))
+    return locate_divergence(pairs, valid_length=total, preallocated=plan.cache != "dynamic")
 
 
 def run_generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -> GenerateRecord:

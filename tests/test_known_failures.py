@@ -60,7 +60,7 @@ def test_entry_precedence_is_check_at_dtype_then_check_then_star() -> None:
 )
 def test_malformed_entries_are_named(raw, error) -> None:
     with pytest.raises(ValueError, match=None) as caught:
-        parse_known_failure(raw, "models[1]: bamba: xfail.parity")
+        parse_known_failure(raw, "models[1]: bamba: xfail.parity", release="5.24.0")
     assert error in str(caught.value) and "models[1]: bamba: xfail.parity" in str(caught.value)
 
 
@@ -69,3 +69,14 @@ def test_a_malformed_entry_in_the_matrix_is_a_matrix_error(tmp_path) -> None:
     (tmp_path / "matrix.yaml").write_text(text)
     with pytest.raises(MatrixError, match=r"models\[0\] \(id 'broken-as-expected'\): xfail\.\*: unknown field\(s\) expected; missing expect"):
         load_matrix(tmp_path / "matrix.yaml", known_model_types=lambda: ["llama"])
+
+
+def test_an_entry_can_name_the_transformers_releases_it_applies_to() -> None:
+    old_only = {"reason": "fixed in 5.24", "kind": "model bug", "expect": "x", "transformers": "<5.24"}
+    assert parse_known_failure(old_only, "e", release="5.20.0") == KnownFailure("fixed in 5.24", "model bug", "x")
+    assert parse_known_failure(old_only, "e", release="5.24.0") is None
+    newer = {"reason": "any release", "kind": "model limitation", "expect": "y"}
+    assert parse_known_failure([old_only, newer], "e", release="5.24.0").reason == "any release"
+    assert parse_known_failure([old_only, newer], "e", release="5.20.0").reason == "fixed in 5.24"
+    with pytest.raises(ValueError, match=r"e\[0\]\.transformers: 'soon' is not a version specifier"):
+        parse_known_failure([{**old_only, "transformers": "soon"}, newer], "e", release="5.24.0")
