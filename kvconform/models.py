@@ -12,6 +12,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -228,9 +229,15 @@ def _dequantize_gguf(path: Path, target: Path) -> None:
     missing, unexpected = dense.load_state_dict(quantized.state_dict(), strict=False)
     if missing or unexpected:
         raise RuntimeError(f"GGUF {path.name}: state dict mismatch (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    staging = target.with_name(target.name + f".tmp{os.getpid()}")
+    staging = target.with_name(target.name + f".tmp{os.getpid()}-{threading.get_ident()}")
     dense.save_pretrained(staging, safe_serialization=True)
-    if target.exists() and not _is_prepared(target):  # an unfinished earlier run
+    publish_prepared(staging, target)
+
+
+def publish_prepared(staging: Path, target: Path) -> None:
+    """Move a finished ``staging`` folder to ``target`` atomically; when another worker got there first,
+    keep its folder and drop ours. An unfinished folder left by an interrupted run is replaced."""
+    if target.exists() and not _is_prepared(target):
         shutil.rmtree(target, ignore_errors=True)
     try:
         staging.rename(target)

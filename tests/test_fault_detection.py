@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from kvconform import checks
 from tests.conftest import probe_and_check
 from tests.faults import planted
 
@@ -34,6 +37,8 @@ EXPECTED = {
                           "first K/V divergence at layer 0, position 6 (keys): written one position late: the token's slot is zero"),
 }
 CHECKS = {"parity", "growth", "shapes", "bytes", "generate"}
+#: README "Tolerances": every planted fault that changes logits exceeds the parity limit by at least this factor.
+FAULT_MARGIN = {"float32": 25_000, "float16": 40, "bfloat16": 6}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -59,6 +64,10 @@ def test_planted_fault_is_caught_and_located(request, fault, dtype):
     if located is not None:
         assert located in results["parity"].message, results["parity"].message
         assert results["parity"].details["diagnosis"] == "cache fault"
+    if "parity" in must_fail:
+        details = results["parity"].details
+        margin = max(details["step_max_abs_delta"]) / details["tolerance"]
+        assert margin >= FAULT_MARGIN[dtype], f"{fault} in {dtype} exceeds the limit only {margin:.3g}x"
 
 
 def test_growth_message_names_step_and_trace(llama):
@@ -148,3 +157,22 @@ def test_a_path_that_crashes_is_reported_as_a_crash_and_keeps_the_main_checks(ll
     assert "the ragged path raised RuntimeError" in grown["ragged"].message
     assert "get_seq_length() trace" in grown["prefix_reuse"].message and "raised" not in grown["prefix_reuse"].message
     assert "grew by 2 instead of 1" in grown["growth"].message
+
+
+def test_recurrent_state_growth_is_checked_by_state_shape(monkeypatch):
+    """A cache that keeps only a recurrent state (mamba) passes growth by keeping its state shapes; a state
+    that grows with the sequence fails it."""
+    from kvconform.geometry import cache_geometry
+    from kvconform.probe import ProbePlan, run_probe
+    from tests.conftest import tiny
+
+    model = tiny("mamba")
+    plan = ProbePlan(batch_size=2, prompt_length=6, decode_steps=3, seed=0)
+    record = run_probe(model, plan)
+    geometry = cache_geometry(model.config)
+    healthy = checks.growth(record, geometry)
+    assert healthy.passed and healthy.measured == "constant state", healthy.message
+    grown = record.steps[-1].layers[0]
+    record.steps[-1].layers[0] = replace(grown, state_shapes=tuple(s[:-1] + (s[-1] + 1,) for s in grown.state_shapes))
+    failed = checks.growth(record, geometry)
+    assert not failed.passed and f"recurrent state changes shape at decode step {len(record.steps) - 1}" in failed.message

@@ -30,10 +30,12 @@ def test_mqa_flags_give_one_kv_head():
     assert cache_geometry(bigcode).layers[0].kv_heads == 1
 
 
-def test_mla_keys_and_values_differ_in_width():
-    config = AutoConfig.for_model("deepseek_v3", num_hidden_layers=2, kv_lora_rank=32, qk_rope_head_dim=8)
+def test_mla_caches_one_latent_head_of_rank_width_and_a_rotary_key():
+    config = AutoConfig.for_model("deepseek_v3", num_hidden_layers=2, kv_lora_rank=32, qk_rope_head_dim=8,
+                                  num_attention_heads=4, num_key_value_heads=4)
     layer = cache_geometry(config).layers[0]
-    assert layer.k_head_dim != layer.v_head_dim
+    assert (layer.kv_heads, layer.k_head_dim, layer.v_head_dim) == (1, 32, 8)
+    assert layer.expected_shapes(batch=2, seen=5, max_cache_len=None) == ((2, 1, 5, 32), (2, 1, 5, 8))
 
 
 def test_sliding_layers_keep_window_minus_one_and_static_keeps_window():
