@@ -37,11 +37,12 @@ def index_results(doc: Doc) -> dict[Key, dict[str, Any]]:
 
 
 def parity_peak(result: dict[str, Any] | None) -> float | None:
-    """Largest per-step parity Δ of a result (NaN counts as infinite), or ``None`` without data."""
+    """Largest per-step parity Δ of a result (a non-finite step, ``null`` in the report, counts as infinite),
+    or ``None`` without data."""
     steps = (result or {}).get("details", {}).get("step_max_abs_delta")
     if not steps:
         return None
-    return max(math.inf if math.isnan(v) else float(v) for v in steps)
+    return max(math.inf if v is None or math.isnan(v) else float(v) for v in steps)
 
 
 def _entry(key: Key, base: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
