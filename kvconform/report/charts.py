@@ -201,8 +201,9 @@ def parity_chart(model: str, results: list[dict[str, Any]], colours: dict[str, s
 #: Overview geometry (pixels): one row per dtype, a log-scale x axis of Δ ÷ limit.
 OVERVIEW_WIDTH, OVERVIEW_ROW, OVERVIEW_LEFT, OVERVIEW_RIGHT, OVERVIEW_TOP, OVERVIEW_BOTTOM = 1000, 88, 84, 24, 22, 66
 DOT = 3.0
-#: Dot colours of results that did not pass (a passing dot takes its dtype's colour).
-OUTCOME_COLOURS = {"xfail": "#d97706", "xpass": "#9333ea", "fail": "#dc2626", "error": "#dc2626", "crashed": "#dc2626"}
+#: Dot colour per worst outcome (the rows already name the dtype).
+OUTCOME_COLOURS = {"pass": "#2563eb", "xfail": "#d97706", "xpass": "#9333ea", "fail": "#dc2626", "error": "#dc2626",
+                   "crashed": "#dc2626"}
 
 
 def _swarm_offsets(xs: list[float], half_height: float) -> list[float]:
@@ -218,7 +219,7 @@ def _swarm_offsets(xs: list[float], half_height: float) -> list[float]:
     return offsets
 
 
-def overview_chart(peaks: list[dict[str, Any]], colours: dict[str, str]) -> str:
+def overview_chart(peaks: list[dict[str, Any]]) -> str:
     """One SVG: a row per dtype, a dot per model at its peak Δ ÷ limit (log x), the limit dashed at 1."""
     dtypes = views.dtype_order(p["dtype"] for p in peaks)
     lo, hi = _log_range([p["ratio"] for p in peaks] + [1.0])
@@ -247,18 +248,18 @@ def overview_chart(peaks: list[dict[str, Any]], colours: dict[str, str]) -> str:
                  "peak |Δ| ÷ limit (log scale; pass ≤ 1)</text>")
     for row, dtype in enumerate(dtypes):
         centre = OVERVIEW_TOP + OVERVIEW_ROW * (row + 0.5)
-        parts.append(f'<text x="{x0 - 8}" y="{centre + 4:.1f}" text-anchor="end" font-size="12" fill="{colours.get(dtype, "#1e293b")}">'
+        parts.append(f'<text x="{x0 - 8}" y="{centre + 4:.1f}" text-anchor="end" font-size="12" fill="#1e293b">'
                      f"{escape(dtype)}</text>")
         mine = sorted((p for p in peaks if p["dtype"] == dtype), key=lambda p: (p["ratio"], p["model"]))
         xs = [x_of(p["ratio"]) for p in mine]
         for peak, x, dy in zip(mine, xs, _swarm_offsets(xs, OVERVIEW_ROW / 2 - DOT - 2)):
-            colour = OUTCOME_COLOURS.get(peak["outcome"], colours.get(dtype, "#475569"))
+            colour = OUTCOME_COLOURS.get(peak["outcome"], "#475569")
             tip = (f"{peak['model']} · {dtype}: peak Δ ÷ limit {views.format_ratio(peak['ratio'])} "
                    f"({views.outcome_label(peak['outcome'])})")
             parts.append(f'<circle cx="{x:.1f}" cy="{centre + dy:.1f}" r="{DOT}" fill="{colour}" fill-opacity="0.8">'
                          f"<title>{escape(tip)}</title></circle>")
-    legend = [("pass (dtype colour)", "#64748b"), ("xfail", OUTCOME_COLOURS["xfail"]), ("XPASS", OUTCOME_COLOURS["xpass"]),
-              ("FAIL / error", OUTCOME_COLOURS["fail"])]
+    legend = [("pass", OUTCOME_COLOURS["pass"]), ("xfail", OUTCOME_COLOURS["xfail"]), ("XPASS", OUTCOME_COLOURS["xpass"]),
+              ("FAIL / error / crashed", OUTCOME_COLOURS["fail"])]
     for i, (label, colour) in enumerate(legend):
         lx = x0 + i * 170
         parts.append(f'<circle cx="{lx + 4}" cy="{y_bottom + 52}" r="{DOT + 1}" fill="{colour}"/>'

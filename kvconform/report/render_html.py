@@ -27,6 +27,7 @@ th, td { border: 1px solid #cbd5e1; padding: .25rem .55rem; text-align: left; ve
 th { background: #f1f5f9; font-weight: 600; }
 table.env th { width: 11rem; }
 td.reason { max-width: 46rem; }
+table.cells td, table.models td { white-space: nowrap; }
 code, pre, .fig { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 .fig { font-size: .82em; color: #475569; margin-left: .35rem; }
 td.o-pass { background: #dcfce7; }
@@ -96,12 +97,13 @@ def _known_failures(doc: Doc) -> str:
     groups = views.known_failures(doc)
     if not groups:
         return ""
-    rows = [_row([_td(g["model"]), _td(g["kind"] or "—"),
+    kinds = any(g["kind"] for g in groups)
+    rows = [_row([_td(g["model"]), *([_td(g["kind"] or "—")] if kinds else []),
                   _td(views.checks_text(g)), _td(", ".join(g["dtypes"])),
                   _td(views.format_ratio(g["worst"]) or "—", "o-xfail"), _td(g["reason"], "reason")]) for g in groups]
     return (f"<h2>{escape(views.known_failures_title(groups))}</h2>"
             f"<p>{escape(views.KNOWN_FAILURES_NOTE)}</p>"
-            + _table(["model", "kind", "checks", "dtypes", "worst Δ/limit", "reason"], rows))
+            + _table(["model", *(["kind"] if kinds else []), "checks", "dtypes", "worst Δ/limit", "reason"], rows))
 
 
 def _excluded(doc: Doc) -> str:
@@ -120,24 +122,29 @@ def _overview(doc: Doc) -> str:
     caption = (f"Each dot is one model in one dtype at its largest |Δ| ÷ limit over {checks} and its caches and devices "
                "(hover a dot for the model). Dots right of the dashed line are over the limit. "
                "Δ = 0 is drawn on the left edge, non-finite values on the right edge.")
-    return ("<h2>Parity margin</h2><figure>" + charts.overview_chart(peaks, charts.dtype_colours(doc))
+    return ("<h2>Parity margin</h2><figure>" + charts.overview_chart(peaks)
             + f"<figcaption>{escape(caption)}</figcaption></figure>")
 
 
-def _model_cell(summary: dict[str, Any] | None) -> str:
+def _model_cell(summary: dict[str, Any] | None, anchors: dict[tuple[str, str], str]) -> str:
     if summary is None:
         return '<td class="o-none">—</td>'
-    return f'<td class="o-{escape(summary["outcome"])}">{escape(summary["text"])}</td>'
+    text = escape(summary["text"])
+    target = anchors.get(summary["first_attention"]) if summary["first_attention"] else None
+    if target:
+        text = f'<a href="#{target}">{text}</a>'
+    return f'<td class="o-{escape(summary["outcome"])}">{text}</td>'
 
 
 def _models(doc: Doc) -> str:
     rows = views.model_rows(doc)
     if not rows:
         return "<h2>Models (0)</h2><p><em>No results.</em></p>"
-    checks = views.check_names(doc)
-    body = [_row([_td(r["label"]), _td(r["cells"]), *(_model_cell(r["checks"].get(c)) for c in checks)]) for r in rows]
+    checks, anchors = views.check_names(doc), views.attention_anchors(doc)
+    body = [_row([_td(r["label"]), _td(r["cells"]), *(_model_cell(r["checks"].get(c), anchors) for c in checks)])
+            for r in rows]
     note = views.figures_note(doc) + " Worst over each model's cells."
-    return f"<h2>Models ({len(rows)})</h2><p>{escape(note)}</p>" + _table(["model", "cells", *checks], body)
+    return f"<h2>Models ({len(rows)})</h2><p>{escape(note)}</p>" + _table(["model", "cells", *checks], body, "models")
 
 
 def _step_charts(doc: Doc) -> str:
@@ -202,11 +209,11 @@ def _provenance(doc: Doc) -> str:
 def _cell(result: dict[str, Any] | None, anchors: dict[tuple[str, str], str]) -> str:
     if result is None:
         return '<td class="o-none">—</td>'
-    label = escape(views.outcome_label(result["outcome"]))
+    figure = views.figure_text(result)
+    label = "" if result["outcome"] == "pass" and figure else escape(views.outcome_label(result["outcome"]))
     target = anchors.get((result["cell_id"], result["check"]))
     if target:
         label = f'<a href="#{target}">{label}</a>'
-    figure = views.figure_text(result)
     return f'<td class="o-{escape(result["outcome"])}">{label}' + (f'<span class="fig">{escape(figure)}</span>' if figure else "") + "</td>"
 
 
@@ -218,7 +225,7 @@ def _cells(doc: Doc) -> str:
     body = [_row([_td(r["model"]), _td(f"{r['dtype']} · {r['device']} · {r['cache']}"),
                   *(_cell(r["checks"].get(c), anchors) for c in checks)]) for r in rows]
     return (f'<details class="section"><summary>All cells ({len(rows)})</summary><p>{escape(views.figures_note(doc))}</p>'
-            + _table(["model", "dtype · device · cache", *checks], body) + "</details>")
+            + _table(["model", "dtype · device · cache", *checks], body, "cells") + "</details>")
 
 
 def render_html(doc: Doc) -> str:

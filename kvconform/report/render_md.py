@@ -53,11 +53,11 @@ def _known_failures(doc: Doc) -> list[str]:
     groups = views.known_failures(doc)
     if not groups:
         return []
-    rows = [[g["model"], g["kind"] or "—", views.checks_text(g), ", ".join(g["dtypes"]), views.format_ratio(g["worst"]) or "—",
-             g["reason"]] for g in groups]
-    return [f"## {views.known_failures_title(groups)}",
-            views.KNOWN_FAILURES_NOTE,
-            table(["model", "kind", "checks", "dtypes", "worst Δ/limit", "reason"], rows)]
+    kinds = any(g["kind"] for g in groups)
+    rows = [[g["model"], *([g["kind"] or "—"] if kinds else []), views.checks_text(g), ", ".join(g["dtypes"]),
+             views.format_ratio(g["worst"]) or "—", g["reason"]] for g in groups]
+    return [f"## {views.known_failures_title(groups)}", views.KNOWN_FAILURES_NOTE,
+            table(["model", *(["kind"] if kinds else []), "checks", "dtypes", "worst Δ/limit", "reason"], rows)]
 
 
 def _excluded(doc: Doc) -> list[str]:
@@ -67,12 +67,19 @@ def _excluded(doc: Doc) -> list[str]:
     return [f"## Excluded architectures ({len(entries)})", table(["id", "reason"], [[e["id"], e["reason"]] for e in entries])]
 
 
+def _model_cell(summary: dict[str, Any] | None, anchors: dict[tuple[str, str], str]) -> str:
+    if summary is None:
+        return "—"
+    target = anchors.get(summary["first_attention"]) if summary["first_attention"] else None
+    return f"[{summary['text']}](#{target})" if target else summary["text"]
+
+
 def _models(doc: Doc) -> list[str]:
     rows = views.model_rows(doc)
     if not rows:
         return ["## Models (0)", "_No results._"]
-    checks = views.check_names(doc)
-    body = [[row["label"], row["cells"], *(row["checks"].get(c, {}).get("text", "—") for c in checks)] for row in rows]
+    checks, anchors = views.check_names(doc), views.attention_anchors(doc)
+    body = [[row["label"], row["cells"], *(_model_cell(row["checks"].get(c), anchors) for c in checks)] for row in rows]
     return [f"## Models ({len(rows)})", views.figures_note(doc) + " Worst over each model's cells.",
             table(["model", "cells", *checks], body)]
 

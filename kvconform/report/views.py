@@ -110,8 +110,8 @@ def figures_note(doc: Doc) -> str:
     ratios = at_most_checks(doc)
     if not ratios:
         return "Figures are the measured values."
-    return (f"Figures: for {', '.join(ratios)} the worst |Δ| ÷ its limit (passes at ≤ 1); "
-            "for the other checks the outcome, or the measured value.")
+    return (f"Figures: for {', '.join(ratios)} the worst |Δ| ÷ its limit (passes at ≤ 1), for the other checks the "
+            "measured value; a figure without an outcome passed.")
 
 
 def _slug(text: str) -> str:
@@ -283,8 +283,9 @@ def model_label(model_id: str, info: dict[str, Any] | None) -> str:
 def model_rows(doc: Doc) -> list[dict[str, Any]]:
     """One row per model: ``model``, ``label``, ``cells``, ``outcome`` (worst) and per check a summary.
 
-    A check summary is ``{"outcome", "count", "not_pass", "ratio", "text"}``: the worst outcome over
-    the model's cells, how many cells ran it and did not pass, the largest Δ ÷ limit, and table text.
+    A check summary is ``{"outcome", "count", "not_pass", "ratio", "text", "first_attention"}``: the
+    worst outcome over the model's cells, how many cells ran it and did not pass, the largest Δ ÷ limit,
+    table text, and the ``(cell_id, check)`` of its first result that needs attention (or ``None``).
     """
     info = models_by_id(doc)
     by_model: dict[str, list[dict[str, Any]]] = {}
@@ -313,7 +314,9 @@ def _check_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
         parts.append(format_ratio(worst))
     elif outcome != "pass" and len(results) > 1:
         parts.append(f"{not_pass}/{len(results)}")
-    return {"outcome": outcome, "count": len(results), "not_pass": not_pass, "ratio": worst, "text": " ".join(parts)}
+    first = next(((r["cell_id"], r["check"]) for r in results if r["outcome"] in ATTENTION), None)
+    return {"outcome": outcome, "count": len(results), "not_pass": not_pass, "ratio": worst, "text": " ".join(parts),
+            "first_attention": first}
 
 
 def cell_rows(doc: Doc) -> list[dict[str, Any]]:
@@ -327,10 +330,13 @@ def cell_rows(doc: Doc) -> list[dict[str, Any]]:
 
 
 def cell_text(result: dict[str, Any] | None) -> str:
-    """Per-cell table text of one check: outcome label plus its short figure."""
+    """Per-cell table text of one check: its short figure, after the outcome label unless it passed."""
     if result is None:
         return "—"
-    return f"{outcome_label(result.get('outcome', ''))} {figure_text(result)}".strip()
+    figure = figure_text(result)
+    if result.get("outcome") == "pass" and figure:
+        return figure
+    return f"{outcome_label(result.get('outcome', ''))} {figure}".strip()
 
 
 def peak_ratios(doc: Doc) -> list[dict[str, Any]]:
