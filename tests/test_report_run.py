@@ -38,6 +38,21 @@ def pytest_collection_modifyitems(items):
 '''
 
 
+#: Makes every known failure strict, as the matrix's ``expect`` will: an XPASS then fails the run.
+STRICT_HOOK = '''
+
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    for item in items:
+        mark = item.get_closest_marker("xfail")
+        if mark:
+            item.add_marker(pytest.mark.xfail(reason=mark.kwargs["reason"], strict=True), append=False)
+'''
+
+
 @pytest.fixture(scope="module")
 def serial(tmp_path_factory: pytest.TempPathFactory) -> Run:
     workdir = make_suite(tmp_path_factory.mktemp("report-run"), "report.yaml", KIND_HOOK)
@@ -48,6 +63,12 @@ def serial(tmp_path_factory: pytest.TempPathFactory) -> Run:
 def distributed(tmp_path_factory: pytest.TempPathFactory) -> Run:
     workdir = make_suite(tmp_path_factory.mktemp("report-run-xdist"), "report.yaml", KIND_HOOK)
     return run_pytest(workdir, "--matrix", "matrix.yaml", "-q", "-n", "2")
+
+
+@pytest.fixture(scope="module")
+def strict(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    workdir = make_suite(tmp_path_factory.mktemp("report-run-strict"), "report.yaml", STRICT_HOOK)
+    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q", "-k", "llama-gqa or bamba")
 
 
 def texts(run: Run) -> dict[str, str]:
@@ -124,3 +145,11 @@ def test_xdist_workers_give_the_same_document(serial: Run, distributed: Run) -> 
     """Reasons, kinds, figures and model types travel from the workers on pytest's own reports."""
     assert distributed.ret == 0, distributed.output[-4000:]
     assert strip_volatile(distributed.doc()) == strip_volatile(serial.doc())
+
+
+def test_a_strict_xpass_is_reported_as_xpass_with_its_reason(strict: Run) -> None:
+    """pytest reports a strict XPASS as a failure whose text starts with [XPASS(strict)]."""
+    assert strict.ret == 1, strict.output[-4000:]
+    rows = strict.rows()
+    assert (rows[(LLAMA, "growth")]["outcome"], rows[(LLAMA, "growth")]["reason"]) == ("xpass", XPASS_REASON)
+    assert (rows[(BAMBA, "parity")]["outcome"], rows[(BAMBA, "parity")]["reason"]) == ("xfail", XFAIL_REASON)
