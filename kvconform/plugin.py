@@ -17,10 +17,17 @@ import pytest
 from kvconform.cells import Cell, check_applies, expand_cells, shard, untestable
 from kvconform.known_failures import ExpectedFailure, known_failure
 from kvconform.matrix import Matrix, MatrixError, load_matrix
+from kvconform.report.document import count_not_run, finite_or_null
 from kvconform.results import SCHEMA_VERSION
 
 RESULT_KEY = "kvconform_result"
 TIMING_KEY = "kvconform_cell"
+#: ``{"model_type": ...}`` of the model a worker loaded for the cell.
+MODEL_KEY = "kvconform_model"
+#: The kind of a known failure (e.g. "model bug"), attached to the test at collection.
+XFAIL_KIND_KEY = "kvconform_xfail_kind"
+#: How pytest's failure text of a strict xfail that passed begins.
+STRICT_XPASS = "[XPASS(strict)]"
 STATE = pytest.StashKey["KvconformState"]()
 
 
@@ -34,6 +41,7 @@ class KvconformState:
         self.cells_by_id = {cell.id: cell for cell in self.cells}
         self.results: dict[str, dict[str, Any]] = {}
         self.cell_timings: dict[str, dict[str, Any]] = {}
+        self.model_types: dict[str, str] = {}
         self.runner: Any = None
         self.written: list[Path] = []
         #: ``(cell_id, check)`` of every collected conformance test (``None`` until collection finished).
@@ -192,6 +200,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if known is not None:
             # Strict and precise: only the expected failure (raised as ExpectedFailure) is an xfail.
             item.add_marker(pytest.mark.xfail(reason=known.label, strict=True, raises=ExpectedFailure))
+            item.user_properties.append((XFAIL_KIND_KEY, known.kind))
 
 
 def _plan(state: KvconformState, nodeids: list[str]) -> None:
@@ -257,8 +266,6 @@ def _device_missing(device: str) -> str | None:
 
 # ----------------------------------------------------------------------------------------- results
 
-#: How pytest's longrepr starts when a strict xfail passed.
-XPASS_STRICT = "[XPASS(strict)]"
 _PARAM = re.compile(r"^(?P<test>[^\[]+)\[(?P<cell>.*)\]$")
 
 
@@ -278,20 +285,34 @@ def _outcome(report: pytest.TestReport) -> str | None:
     if report.when == "call":
         if hasattr(report, "wasxfail"):
             return "xfail" if report.skipped else "xpass"
-        if report.failed and str(report.longrepr or "").startswith(XPASS_STRICT):
+        if report.failed and str(report.longrepr or "").startswith(STRICT_XPASS):
             return "xpass"
         return {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
     return "error" if report.failed else None
 
 
+def _skip_reason(report: pytest.TestReport) -> str:
+    if isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    return str(report.longrepr or "(no reason)")
+
+
+def _xfail_reason(report: pytest.TestReport) -> str:
+    """The xfail mark's reason: pytest's ``wasxfail``, or the text after a strict XPASS's tag."""
+    reason = getattr(report, "wasxfail", None)
+    if reason is None:
+        reason = str(report.longrepr or "").removeprefix(STRICT_XPASS).strip()
+    return reason or "(no reason given)"
+
+
 def _message(report: pytest.TestReport, verdict: dict[str, Any] | None) -> str:
     text = str(report.longrepr or "")
-    if text.startswith(XPASS_STRICT):
-        return f"the known failure no longer occurs: remove its entry from the matrix ({text.removeprefix(XPASS_STRICT).strip()})"
+    if text.startswith(STRICT_XPASS):
+        return f"the known failure no longer occurs: remove its entry from the matrix ({text.removeprefix(STRICT_XPASS).strip()})"
     if verdict is not None:
         return verdict["message"]
     if report.skipped and isinstance(report.longrepr, tuple):
-        return str(report.longrepr[2]).removeprefix("Skipped: ")
+        return _skip_reason(report)
     lines = [line for line in text.splitlines() if line.startswith("E ")] or text.splitlines()[-3:]
     return "\n".join(line.removeprefix("E ").strip() for line in lines)[:4000]
 
@@ -311,6 +332,8 @@ class ResultCollector:
         props = dict(report.user_properties or [])
         if TIMING_KEY in props:
             state.cell_timings[cell_id] = props[TIMING_KEY]
+        if MODEL_KEY in props:
+            state.model_types[state.cells_by_id[cell_id].spec.id] = props[MODEL_KEY]["model_type"]
         outcome = _outcome(report)
         if outcome is None:
             return
@@ -325,38 +348,54 @@ class ResultCollector:
             return
         verdict = props.get(RESULT_KEY)
         row.update(outcome=outcome, message=_message(report, verdict))
+        if outcome in ("xfail", "xpass"):
+            row["reason"] = _xfail_reason(report)
+            if props.get(XFAIL_KIND_KEY):
+                row["xfail_kind"] = props[XFAIL_KIND_KEY]
+        elif outcome == "skip":
+            row["reason"] = _skip_reason(report)
         if verdict is not None:
-            row.update(measured=verdict["measured"], limit=verdict["limit"], details=verdict["details"])
+            figures, nonfinite = finite_or_null({key: verdict[key] for key in ("figure", "details")})
+            row.update(measured=verdict["measured"], limit=verdict["limit"], **figures)
+            if nonfinite:
+                row["nonfinite"] = nonfinite
         row["duration_s"] = round(row.get("duration_s", 0.0) + report.duration, 4)
         state.results[key] = row
 
 
 def _row(cell: Cell, check: str, nodeid: str) -> dict[str, Any]:
+    """A result row before its outcome is known (provenance is per model, in the document's ``models``)."""
     return {
-        "cell_id": cell.id, "model": cell.spec.id, "model_type": cell.spec.model_type or "",
-        "source": f"{cell.spec.source}:{cell.spec.location}", "revision": cell.spec.revision,
-        "dtype": cell.dtype, "device": cell.device, "cache": cell.cache, "check": check,
-        "outcome": "pass", "measured": "", "limit": "", "message": "", "details": {},
+        "cell_id": cell.id, "model": cell.spec.id, "dtype": cell.dtype, "device": cell.device, "cache": cell.cache,
+        "check": check, "outcome": "pass", "measured": "", "limit": "", "figure": None, "message": "", "details": {},
         "duration_s": 0.0, "nodeid": nodeid,
     }
 
 
 def build_document(state: KvconformState, stopped: str | None = None) -> dict[str, Any]:
-    """The ``conformance.json`` document of this run; ``stopped`` says why it ended early, if it did."""
+    """The ``conformance.json`` document of this run; ``stopped`` says why it ended early, if it did.
+
+    Skipped checks are counted by reason (``not_run``); planned checks without any result, in ``run``.
+    """
     from kvconform.environment import describe_environment
+    from kvconform.provenance import describe_model
     from kvconform.run_status import run_field
 
-    config = state.config
+    rows = sorted(state.results.values(), key=lambda r: (r["model"], r["cell_id"], r["check"]))
+    ran = [row for row in rows if row["outcome"] != "skip"]
+    specs = {spec.id: spec for spec in state.matrix.models}
     return {
         "schema_version": SCHEMA_VERSION,
-        "environment": describe_environment(Path(config.rootpath), state.matrix.path),
-        "run": run_field(planned=state.planned, finished=[(row["cell_id"], row["check"]) for row in state.results.values()],
-                         stopped=stopped, shard=config.getoption("shard"), empty_shard=state.empty_shard),
+        "environment": describe_environment(Path(state.config.rootpath), state.matrix.path),
+        "run": run_field(planned=state.planned, finished=[(row["cell_id"], row["check"]) for row in rows],
+                         stopped=stopped, shard=state.config.getoption("shard"), empty_shard=state.empty_shard),
+        "models": [describe_model(specs[model], state.model_types.get(model)) for model in sorted({r["model"] for r in rows})],
         "excluded": [
             {"id": model_type, "model_type": model_type, "reason": reason}
             for model_type, reason in sorted(state.matrix.excluded.items())
         ],
-        "results": sorted(state.results.values(), key=lambda r: (r["model"], r["cell_id"], r["check"])),
+        "results": ran,
+        "not_run": count_not_run([row for row in rows if row["outcome"] == "skip"]),
         "cells": [dict(cell_id=cell_id, **timings) for cell_id, timings in sorted(state.cell_timings.items())],
     }
 

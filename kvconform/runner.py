@@ -21,6 +21,8 @@ class CellOutcome:
     geometry: CacheGeometry | None = None
     explanation: str = ""
     load_s: float = 0.0
+    model_type: str | None = None
+    """``config.model_type`` of the loaded model (``None`` when it did not load)."""
 
 
 @dataclass
@@ -69,6 +71,7 @@ class CellRunner:
         except Exception as exc:  # noqa: BLE001
             return CellOutcome(error=exc, load_s=self._load_s)
         settings = cell.spec.settings
+        model_type = getattr(master.config, "model_type", None)
         plan = ProbePlan(
             batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
             seed=settings.seed, cache=cell.cache, device=cell.device,
@@ -81,9 +84,9 @@ class CellRunner:
             if self.on_model is not None:
                 self.on_model(model)
             record = run_probe(model, plan)
-            return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s)
+            return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s, model_type)
         except Exception as exc:  # noqa: BLE001 - a crash inside a model fails its cell, not the run
-            return CellOutcome(error=exc, load_s=self._load_s)
+            return CellOutcome(error=exc, load_s=self._load_s, model_type=model_type)
 
 
 def _already_placed(master: Any, cell: Cell) -> bool:

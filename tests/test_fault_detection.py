@@ -88,6 +88,7 @@ def test_short_window_names_the_window_rule(mistral):
     with planted("short_window"):
         growth = probe_and_check(mistral)["growth"]
     assert "stores 2 positions" in growth.message and "window-1) for window 4" in growth.message
+    assert (growth.figure.measured, growth.figure.limit, growth.figure.unit) == (2, 3, "positions")
 
 
 def test_generate_check_catches_a_fault_in_float32(llama):

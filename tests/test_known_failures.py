@@ -23,6 +23,7 @@ def test_the_expected_failure_is_an_xfail_with_its_kind_and_reason(known_run) ->
     rows = {key: row for key, row in known_run.rows().items() if key[0].startswith("broken-as-expected")}
     assert rows and {row["outcome"] for row in rows.values()} == {"xfail"}
     assert all("not a multiple of the number of attention heads" in row["message"] for row in rows.values())
+    assert {(row["reason"], row["xfail_kind"]) for row in rows.values()} == {("model bug: the build raises", "model bug")}
 
 
 def test_another_failure_of_the_same_check_is_not_hidden(known_run) -> None:
@@ -34,7 +35,7 @@ def test_another_failure_of_the_same_check_is_not_hidden(known_run) -> None:
 
 def test_a_fixed_bug_is_an_xpass_that_fails_the_run(known_run) -> None:
     row = known_run.rows()[("fixed[float32-cpu-dynamic]", "parity")]
-    assert row["outcome"] == "xpass"
+    assert (row["outcome"], row["reason"], row["xfail_kind"]) == ("xpass", "model bug: a bug that is gone", "model bug")
     assert "the known failure no longer occurs: remove its entry from the matrix" in row["message"]
     assert known_run.ret == 1, known_run.output[-2000:]
 

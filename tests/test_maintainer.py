@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from importlib import metadata
 import os
 import re
 import shutil
@@ -124,9 +125,10 @@ def test_model_folder_runs_every_check_and_passes(folder_run: Run, llama_folder:
     rows = folder_run.rows()
     for check in CHECKS:
         row = rows[(cell, check)]
-        assert (row["model"], row["source"], row["dtype"], row["device"]) == (
-            "tiny-llama", f"checkpoint:{llama_folder}", "float32", "cpu")
+        assert (row["model"], row["dtype"], row["device"]) == ("tiny-llama", "float32", "cpu")
         assert row["measured"], row
+    assert folder_run.doc()["models"] == [{"id": "tiny-llama", "source": "checkpoint", "location": str(llama_folder),
+                                           "revision": None, "model_type": "llama", "file": None}]
     # The checks read the saved checkpoint's geometry: 2 layers, 2 KV heads of 16 dims (tiny llama).
     assert "2 K/V layers" in rows[(cell, "shapes")]["message"] and "H_kv=2" in rows[(cell, "shapes")]["message"]
     # 5 checks pass; ragged/prefix_reuse are off in main.yaml, so their tests have no cells.
@@ -149,10 +151,24 @@ def test_model_gguf_file_runs_every_check_and_passes(gguf_run: Run) -> None:
     cell = "smollm2-135m-instruct.q4_1[float32-cpu-dynamic]"
     assert gguf_run.outcomes() == all_pass(cell)
     rows = gguf_run.rows()
-    assert rows[(cell, "parity")]["source"] == f"gguf:{smollm2_gguf()}"
     # SmolLM2-135M: 30 layers, 3 KV heads of 64 dims.
     shapes = rows[(cell, "shapes")]["message"]
     assert "30 K/V layers" in shapes and "H_kv=3" in shapes, shapes
+
+
+def test_gguf_provenance_names_the_file_its_hash_and_the_wheel(gguf_run: Run) -> None:
+    """The report says which weights ran: the file's sha256 and the version of the package that ships it."""
+    path = smollm2_gguf()
+    (model,) = gguf_run.doc()["models"]
+    distribution = metadata.packages_distributions()[GGUF_PACKAGE][0]
+    assert model == {
+        "id": "smollm2-135m-instruct.q4_1", "source": "gguf", "location": str(path), "revision": None,
+        "model_type": "llama",  # from the loaded config, not the matrix
+        "file": {"name": GGUF_FILE, "bytes": path.stat().st_size, "sha256": models.file_digest(path),
+                 "package": distribution, "package_version": metadata.version(distribution)},
+    }
+    markdown = (gguf_run.report_dir / "conformance.md").read_text(encoding="utf-8")
+    assert f"sha256 {models.file_digest(path)}" in markdown and f"from {distribution} {metadata.version(distribution)}" in markdown
 
 
 def test_gguf_dequantize_is_cached_by_content(gguf_run: Run, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -367,7 +383,8 @@ def test_pickle_only_checkpoint_is_refused_and_never_unpickled(tmp_path: Path) -
 def test_reports_never_record_the_hf_token(folder_run: Run, offline_run: Run) -> None:
     """Both runs had HF_TOKEN set (the offline one talks to the hub code path); no report mentions it."""
     for run in (folder_run, offline_run):
-        assert run.doc()["results"], run.output[-4000:]
+        doc = run.doc()
+        assert doc["results"] or doc["not_run"], run.output[-4000:]
         for name, text in report_texts(run).items():
             assert SECRET not in text, f"{run.report_dir / name} records the HF token"
             assert "HF_TOKEN" not in text, f"{run.report_dir / name} records environment variables"
@@ -378,12 +395,13 @@ def test_reports_never_record_the_hf_token(folder_run: Run, offline_run: Run) ->
 
 def test_offline_hub_id_is_a_skip_that_says_how_to_fetch_it(offline_run: Run) -> None:
     assert offline_run.ret == 0, offline_run.output[-4000:]  # skipped, not failed
-    cell = "some-model[float32-cpu-dynamic]"
-    assert offline_run.outcomes() == {(cell, check): "skip" for check in CHECKS}
-    for row in offline_run.rows().values():
-        message = row["message"]
-        assert "'some-org/some-model'" in message and "offline" in message, message
-        assert "`hf download some-org/some-model`" in message, message
+    doc = offline_run.doc()
+    assert doc["results"] == []
+    (group,) = doc["not_run"]  # every check of the one cell, counted under its reason
+    assert (group["cells"], group["checks"]) == (1, len(CHECKS))
+    reason = group["reason"]
+    assert "'some-org/some-model'" in reason and "offline" in reason, reason
+    assert "`hf download some-org/some-model`" in reason, reason
     # The command named in the hint is the one this huggingface_hub installs.
     assert shutil.which("hf", path=str(Path(sys.executable).parent)) is not None
     assert not [p for p in (offline_run.dir / "hf-home").rglob("*") if p.is_file()], "something was downloaded"

@@ -1,4 +1,4 @@
-"""Render Markdown and HTML (and a merged JSON) from one or more conformance.json shards.
+"""Render Markdown, HTML and JUnit XML (and a merged JSON) from one or more conformance.json shards.
 
 Usage: python tools/render_report.py A.json [B.json ...] [--out DIR]
 Exit status: 0 written, 2 bad input (an unreadable report, shards that cannot be merged, an --out that cannot be written).
