@@ -8,7 +8,6 @@ from typing import Any
 
 import torch
 
-
 #: Cache keywords, newest first: ``cache`` (5.24+), ``past_key_values``, ``cache_params`` (SSMs before 5.24).
 CACHE_KEYWORDS = ("cache", "past_key_values", "cache_params")
 

@@ -92,7 +92,7 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     if all(length is None for length in trace) and not geometry.kv_layers:
         return _recurrent_growth(record, limit, details)
     if trace != expected:
-        k = next(i for i, (a, b) in enumerate(zip(trace, expected)) if a != b)
+        k = next(i for i, (a, b) in enumerate(zip(trace, expected, strict=False)) if a != b)
         previous = trace[k - 1] if k else 0
         message = (
             f"get_seq_length() is {trace[k]} after {'prefill' if k == 0 else f'decode step {k}'}, expected {expected[k]}"
@@ -122,7 +122,7 @@ def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> tuple
     """The first layer storing another length than its type keeps: ``(message, stored, expected)``."""
     for step in record.steps:
         seen = record.plan.prompt_length + step.step
-        for layer, state in zip(geometry.layers, step.layers):
+        for layer, state in zip(geometry.layers, step.layers, strict=False):
             if not layer.keeps_kv or state.keys_shape is None:
                 continue
             want = layer.stored_length(seen, record.max_cache_len)
@@ -142,7 +142,7 @@ def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> tuple
 def shapes(record: ProbeRecord, geometry: CacheGeometry, explanation: str) -> CheckResult:
     """Every layer's K and V are ``[B, H_kv, S_layer, head_dim]`` from the config; no-K/V layers keep none."""
     batch = record.plan.batch_size
-    no_kv = [l.index for l in geometry.layers if not l.keeps_kv]
+    no_kv = [layer.index for layer in geometry.layers if not layer.keeps_kv]
     details = {"no_kv_layers": no_kv, "kv_layers": len(geometry.kv_layers), "geometry": explanation}
     for step in record.steps:
         omitted = geometry.layers[len(step.layers):]
@@ -151,7 +151,7 @@ def shapes(record: ProbeRecord, geometry: CacheGeometry, explanation: str) -> Ch
             figure = Figure(len(step.layers), len(geometry.layers), "layers", "equal")
             return CheckResult("shapes", False, f"{len(step.layers)} layers", f"{len(geometry.layers)} layers", message, details, figure)
         seen = record.plan.prompt_length + step.step
-        for layer, state in zip(geometry.layers, step.layers):
+        for layer, state in zip(geometry.layers, step.layers, strict=False):
             problem = _layer_shape_problem(layer, state, batch, seen, record)
             if problem:
                 when = "prefill" if step.step == 0 else f"decode step {step.step}"
@@ -159,7 +159,7 @@ def shapes(record: ProbeRecord, geometry: CacheGeometry, explanation: str) -> Ch
                 figure = Figure(problem.got, problem.want, SHAPE_UNIT, "equal")
                 return CheckResult("shapes", False, _shape_text(problem.got), _shape_text(problem.want), message, details, figure)
     last = record.steps[-1]
-    first_kv = next((s for s, l in zip(last.layers, geometry.layers) if l.keeps_kv), None)
+    first_kv = next((s for s, layer in zip(last.layers, geometry.layers, strict=False) if layer.keeps_kv), None)
     shape = list(first_kv.keys_shape) if first_kv and first_kv.keys_shape else None
     listed = f"; layers keeping no K/V: {no_kv}" if no_kv else ""
     message = f"{len(geometry.kv_layers)} K/V layers match [B, H_kv, S_layer, head_dim] ({explanation}){listed}"
@@ -257,7 +257,7 @@ def generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
         return CheckResult("generate", True, f"{steps}/{steps} equal", f"{steps}/{steps}", f"the same {steps} greedy tokens in every row", details, figure)
     limit = tolerance.limit(record.logit_scale)
     k = gen.first_divergence
-    rows = [r for r, (a, b) in enumerate(zip(gen.cached_tokens, gen.uncached_tokens)) if a[k] != b[k]]
+    rows = [r for r, (a, b) in enumerate(zip(gen.cached_tokens, gen.uncached_tokens, strict=False)) if a[k] != b[k]]
     message = (
         f"greedy tokens part at generated token {k} (rows {rows}): cached {[gen.cached_tokens[r][k] for r in rows]} vs "
         f"uncached {[gen.uncached_tokens[r][k] for r in rows]}; uncached top-2 logit margin there {gen.margin_at_divergence:.3g}"
@@ -295,7 +295,7 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
     if any(length is not None for length in path.seq_lengths) and path.seq_lengths != expected:
         problems.append(f"get_seq_length() trace {path.seq_lengths}, expected {expected}")
     seen = expected[-1]
-    for layer, state in zip(geometry.layers, path.final_layers):
+    for layer, state in zip(geometry.layers, path.final_layers, strict=False):
         problem = _layer_shape_problem(layer, state, record.plan.batch_size, seen, record)
         if problem:
             problems.append(f"after the last step, layer {layer.index} ({layer.reason}): {problem.text}")

@@ -83,7 +83,7 @@ class CacheGeometry:
         return tuple(layer for layer in self.layers if layer.keeps_kv)
 
     def expected_bytes(self, batch: int, seen: int, max_cache_len: int | None, bytes_per_value: float) -> int:
-        return sum(l.expected_bytes(batch, seen, max_cache_len, bytes_per_value) for l in self.layers)
+        return sum(layer.expected_bytes(batch, seen, max_cache_len, bytes_per_value) for layer in self.layers)
 
 
 def _get(config: Any, *names: str) -> Any:

@@ -7,9 +7,10 @@ an XPASS that fails the run until the entry is removed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Mapping
+from typing import Any
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version

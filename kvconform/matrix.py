@@ -7,9 +7,10 @@ the field, and unknown names come with close matches.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import yaml
 
@@ -106,7 +107,7 @@ class Matrix:
     unmatched: tuple[str, ...] = ()
     """Sweep exclude/xfail names that are no model_type of the installed transformers (another release, or a typo)."""
 
-    def select(self, ids: list[str]) -> "Matrix":
+    def select(self, ids: list[str]) -> Matrix:
         """Only the models whose id matches one of ``ids`` (exact)."""
         known = {m.id for m in self.models}
         for wanted in ids:

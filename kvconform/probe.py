@@ -15,7 +15,15 @@ from typing import Any
 import torch
 
 from kvconform.cache_io import (
-    LayerState, cache_keyword, cache_layers, forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length,
+    LayerState,
+    cache_keyword,
+    cache_layers,
+    forward_keeping_cache,
+    input_device,
+    make_prompt,
+    new_cache,
+    returned_cache,
+    seq_length,
     snapshot_layers,
 )
 from kvconform.geometry import cache_geometry
@@ -240,7 +248,7 @@ def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, f
         reference_cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=full)
     layers = cache_geometry(model.config).layers
     pairs = []
-    for index, (decoded, reference) in enumerate(zip(cache_layers(cache), cache_layers(reference_cache))):
+    for index, (decoded, reference) in enumerate(zip(cache_layers(cache), cache_layers(reference_cache), strict=False)):
         keys, ref_keys = getattr(decoded, "keys", None), getattr(reference, "keys", None)
         if not (isinstance(keys, torch.Tensor) and isinstance(ref_keys, torch.Tensor)):
             pairs.append(None)

@@ -37,13 +37,16 @@ def weights_file(spec: ModelSpec) -> dict[str, Any] | None:
 
 
 def _package_of(path: Path) -> str | None:
-    """The top-level import package whose folder on ``sys.path`` holds ``path`` (a file given by its path)."""
+    """The top-level import package whose folder on ``sys.path`` holds ``path`` (a file given by its path).
+
+    The deepest ``sys.path`` entry wins: a checkout on ``sys.path`` may hold the virtual environment itself.
+    """
     resolved = path.resolve()
-    for entry in sys.path:
-        root = Path(entry or ".").resolve()
-        if root in resolved.parents and resolved.parent != root:
-            return resolved.relative_to(root).parts[0]
-    return None
+    roots = [Path(entry or ".").resolve() for entry in sys.path]
+    holding = [root for root in roots if root in resolved.parents and resolved.parent != root]
+    if not holding:
+        return None
+    return resolved.relative_to(max(holding, key=lambda root: len(root.parts))).parts[0]
 
 
 def _distribution(package: str) -> str | None:

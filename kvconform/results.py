@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any, Union
+from typing import Any
 
 SCHEMA_VERSION = 2
 
@@ -13,7 +13,7 @@ OUTCOMES = ("pass", "fail", "skip", "xfail", "xpass", "error", "crashed")
 """``xpass``: a check marked as a known failure passed (the model may have been fixed)."""
 
 #: A figure's value: a number, or a shape (list of integers).
-Value = Union[int, float, list[int], None]
+Value = int | float | list[int] | None
 #: How a check compares its measured value with its limit.
 BOUNDS = ("at_most", "equal")
 

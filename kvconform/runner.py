@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kvconform.cells import Cell, check_applies, untestable
 from kvconform.geometry import CacheGeometry, cache_geometry, explain

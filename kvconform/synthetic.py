@@ -202,7 +202,7 @@ def _is_index_list(key: str, value: Any, n_layers: int) -> bool:
     return (
         ("layer" in key or "idx" in key) and isinstance(value, list)
         and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
-        and all(0 <= a < b for a, b in zip(value, value[1:])) and all(x < n_layers for x in value)
+        and all(0 <= a < b for a, b in zip(value, value[1:], strict=False)) and all(x < n_layers for x in value)
     )
 
 

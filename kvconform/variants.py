@@ -16,10 +16,17 @@ from typing import Any
 import torch
 
 from kvconform.cache_io import (
-    LayerState, forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length, snapshot_layers,
+    LayerState,
+    forward_keeping_cache,
+    input_device,
+    make_prompt,
+    new_cache,
+    returned_cache,
+    seq_length,
+    snapshot_layers,
 )
-from kvconform.reference_health import TopkTies
 from kvconform.cells import ragged_row_lengths
+from kvconform.reference_health import TopkTies
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 import pytest
 

@@ -33,7 +33,7 @@ def _record(deltas=(1e-6, 2e-6, 3e-6), lengths=(4, 5, 6), scale=10.0, generate=N
     steps = [
         StepRecord(step=k, seq_length=n, layers=_layers(n), max_abs_delta=d, worst_row=1, worst_vocab_id=7,
                    cached_argmax=[1, 2], reference_argmax=[1, 2], reference_top2_margin=[0.5, 0.5])
-        for k, (d, n) in enumerate(zip(deltas, lengths))
+        for k, (d, n) in enumerate(zip(deltas, lengths, strict=False))
     ]
     return ProbeRecord(plan=PLAN, dtype=dtype, cache_class="DynamicCache", max_cache_len=None, steps=steps,
                        prefix_instability=None, topk_ties=None,

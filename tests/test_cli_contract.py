@@ -24,8 +24,8 @@ from kvconform.matrix import ModelSpec
 from kvconform.models import ModelRefused, check_weight_safety, load_master
 from kvconform.report import REPORT_FILES, load_document
 from tests.test_maintainer import SMALL, save_llama
-from tests.test_report import make_doc
 from tests.test_plugin import CHECKS, DATA, HIDDEN_ENV, INTERRUPT_TEST, Run, assert_one_usage_error, make_suite, run_pytest
+from tests.test_report import make_doc
 
 REPO = Path(__file__).resolve().parents[1]
 GREEN = ("-k", "llama-gqa and dynamic")  # main.yaml narrowed to one healthy cell: 5 passing checks
@@ -148,7 +148,7 @@ def test_bad_option_value_is_one_usage_error(case: str, tmp_path: Path) -> None:
     assert_one_usage_error(run, [fragment])
 
 
-@pytest.mark.parametrize("args, fragment", [
+@pytest.mark.parametrize(("args", "fragment"), [
     (["--model", "/path/that/does/not/exist"], "ERROR: --model /path/that/does/not/exist: no such file or folder"),
     (["--dtype", "float8"], "ERROR: --dtype: unknown value 'float8'."),
 ], ids=["model", "dtype"])

@@ -119,7 +119,7 @@ def test_parity_growth_beyond_factor_and_margin_regresses(base: dict[str, Any]) 
 RELEASE_NOISE = [(0.0, 3.9e-3, 8.7e-2), (6.3e-6, 1.4e-5, 1.5e-4)]
 
 
-@pytest.mark.parametrize("before, after, limit", RELEASE_NOISE, ids=["0-to-4pct", "x2.2-to-9pct"])
+@pytest.mark.parametrize(("before", "after", "limit"), RELEASE_NOISE, ids=["0-to-4pct", "x2.2-to-9pct"])
 def test_parity_growth_within_the_margin_is_counted_noise(base: dict[str, Any], before: float, after: float,
                                                           limit: float) -> None:
     for doc, peak in ((base, before), (new := copy.deepcopy(base), after)):
@@ -130,7 +130,7 @@ def test_parity_growth_within_the_margin_is_counted_noise(base: dict[str, Any], 
     assert "1 parity delta moves stayed within 0.5 of their limit (noise) — a: 1" in render_diff_text(diff)
 
 
-@pytest.mark.parametrize("after, limit, grew", [
+@pytest.mark.parametrize(("after", "limit", "grew"), [
     (4.4e-2, 8.7e-2, True),    # 0 -> 51% of the limit: past both bars
     (4.3e-2, 8.7e-2, False),   # 0 -> 49% of the limit: within the margin
     (3.0e-4, 1.5e-4, True),    # 6.3e-6 -> over the limit (and newly failing in a real report)

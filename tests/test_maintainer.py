@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from importlib import metadata
 import os
 import re
 import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -303,7 +303,7 @@ def test_opting_in_runs_the_checkpoint_code_through_the_suite_loader(tmp_path: P
     marker = tmp_path / "opted-in.marker"
     folder = evil_checkpoint(tmp_path / "opted-in", marker)
     spec = ModelSpec(id="evil", source="checkpoint", location=str(folder), settings=SMALL, trust_remote_code=True)
-    with pytest.raises(Exception) as failed:  # noqa: PT011 - which error transformers raises next is its own business
+    with pytest.raises(Exception) as failed:
         load_master(spec)
     assert not isinstance(failed.value, ModelRefused)
     assert marker.read_text() == "remote code ran"
@@ -374,7 +374,7 @@ def test_pickle_only_checkpoint_is_refused_and_never_unpickled(tmp_path: Path) -
     opted_in = ModelSpec(id="pickled", source="checkpoint", location=str(folder), settings=SMALL, allow_pickle=True)
     check_weight_safety(["pytorch_model.bin"], opted_in, "folder")
     # transformers itself then unpickles with torch.load(weights_only=True), which rejects the payload.
-    with pytest.raises(Exception, match="[Ww]eights only load failed|Unsupported global") as failed:  # noqa: PT011
+    with pytest.raises(Exception, match=r"[Ww]eights only load failed|Unsupported global") as failed:
         load_master(opted_in)
     assert not isinstance(failed.value, ModelRefused), f"allow_pickle did not lift the refusal: {failed.value}"
     assert not marker.exists(), "the pickle payload ran"
@@ -503,7 +503,7 @@ def test_shards_are_disjoint_by_model(shard_runs: dict[str, Run]) -> None:
         assert set(shard_runs[name].rows()) == mine, name
 
 
-@pytest.mark.parametrize("value, fragment", [("3/2", "--shard 3/2"), ("0/2", "--shard 0/2"), ("two/2", "--shard expects I/N")])
+@pytest.mark.parametrize(("value", "fragment"), [("3/2", "--shard 3/2"), ("0/2", "--shard 0/2"), ("two/2", "--shard expects I/N")])
 def test_bad_shard_is_one_usage_error(value: str, fragment: str, tmp_path: Path) -> None:
     run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--shard", value)
     assert_one_usage_error(run, [fragment])

@@ -27,7 +27,6 @@ from typing import Any
 
 import pytest
 
-import kvconform.plugin
 from kvconform.report import REPORT_FILES, load_document, strip_volatile
 from tests.conftest import schema_problems
 
@@ -139,7 +138,7 @@ def run_pytest(workdir: Path, *args: str) -> Run:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 ret = int(pytest.main(argv))
-            except (Exception, SystemExit):
+            except (Exception, SystemExit):  # noqa: BLE001 - an inner crash is the result, printed like a process would
                 traceback.print_exc()
                 ret = -1
     finally:

@@ -161,17 +161,17 @@ def test_load_document_names_the_file_and_refuses_infinity(tmp_path, doc: dict[s
     assert load_document(good) == doc
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
-    with pytest.raises(ReportError, match="broken.json is not valid JSON"):
+    with pytest.raises(ReportError, match=r"broken\.json is not valid JSON"):
         load_document(broken)
-    with pytest.raises(ReportError, match="cannot read .*missing.json"):
+    with pytest.raises(ReportError, match=r"cannot read .*missing\.json"):
         load_document(tmp_path / "missing.json")
     invalid = tmp_path / "invalid.json"
     invalid.write_text(json.dumps({"schema_version": SCHEMA_VERSION}))
-    with pytest.raises(ReportError, match="invalid.json is not a valid conformance report"):
+    with pytest.raises(ReportError, match=r"invalid\.json is not a valid conformance report"):
         load_document(invalid)
     infinite = tmp_path / "infinite.json"
     infinite.write_text(document_json(doc).replace('"duration_s": 0.25', '"duration_s": Infinity', 1))
-    with pytest.raises(ReportError, match="infinite.json is not valid JSON: Infinity is not JSON"):
+    with pytest.raises(ReportError, match=r"infinite\.json is not valid JSON: Infinity is not JSON"):
         load_document(infinite)
 
 

@@ -86,7 +86,7 @@ def test_markdown_and_html_carry_every_reason(serial: Run) -> None:
         for reason in (evidence, XPASS_REASON, SKIP_REASON):
             assert reason in text, f"{suffix} lacks {reason!r}"
     markdown = texts(serial)["md"]
-    assert f"| bamba | model bug | parity | float32 |" in markdown and markdown.index(evidence) < markdown.index("## Models")
+    assert "| bamba | model bug | parity | float32 |" in markdown and markdown.index(evidence) < markdown.index("## Models")
     assert XFAIL_REASON not in markdown  # the kind is not repeated in front of the evidence
     assert f"- not run: 4 checks in 1 cell: {SKIP_REASON}" in markdown
     attention = markdown.split("## Needs attention (1)")[1].split("##")[0]

@@ -158,7 +158,7 @@ def _series(axes: _Axes, result: dict[str, Any], colour: str, shape: str, label:
     line = (f'<polyline class="series" fill="none" stroke="{colour}" stroke-width="2" '
             f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in points)}"/>')
     return [line] + [_marker(shape, x, y, colour, f"{label}, step {i + 1}: {_fmt(v)}")
-                     for i, ((x, y), v) in enumerate(zip(points, steps))]
+                     for i, ((x, y), v) in enumerate(zip(points, steps, strict=False))]
 
 
 def parity_chart(model: str, results: list[dict[str, Any]], colours: dict[str, str]) -> str:
@@ -252,7 +252,7 @@ def overview_chart(peaks: list[dict[str, Any]]) -> str:
                      f"{escape(dtype)}</text>")
         mine = sorted((p for p in peaks if p["dtype"] == dtype), key=lambda p: (p["ratio"], p["model"]))
         xs = [x_of(p["ratio"]) for p in mine]
-        for peak, x, dy in zip(mine, xs, _swarm_offsets(xs, OVERVIEW_ROW / 2 - DOT - 2)):
+        for peak, x, dy in zip(mine, xs, _swarm_offsets(xs, OVERVIEW_ROW / 2 - DOT - 2), strict=False):
             colour = OUTCOME_COLOURS.get(peak["outcome"], "#475569")
             tip = (f"{peak['model']} · {dtype}: peak Δ ÷ limit {views.format_ratio(peak['ratio'])} "
                    f"({views.outcome_label(peak['outcome'])})")

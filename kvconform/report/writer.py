@@ -35,4 +35,4 @@ def write_reports(doc: Doc, out_dir: str | os.PathLike[str]) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     texts = [render(doc) for render in _RENDERERS]  # render everything before replacing any file
-    return [write_text_atomic(out / name, text) for name, text in zip(REPORT_FILES, texts)]
+    return [write_text_atomic(out / name, text) for name, text in zip(REPORT_FILES, texts, strict=False)]
