@@ -6,9 +6,10 @@ which step, which layer, which position, measured vs limit.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from kvconform.geometry import CacheGeometry
+from kvconform.cache_io import LayerState
+from kvconform.geometry import CacheGeometry, LayerGeometry
 from kvconform.matrix import Tolerance
 from kvconform.probe import ProbeRecord, StepRecord
 from kvconform.results import CheckResult, Figure
@@ -93,10 +94,11 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
         return _recurrent_growth(record, limit, details)
     if trace != expected:
         k = next(i for i, (a, b) in enumerate(zip(trace, expected, strict=False)) if a != b)
-        previous = trace[k - 1] if k else 0
+        now, previous = trace[k], trace[k - 1] if k else 0
+        grew = "an unknown number" if now is None or previous is None else now - previous
         message = (
             f"get_seq_length() is {trace[k]} after {'prefill' if k == 0 else f'decode step {k}'}, expected {expected[k]}"
-            f" (grew by {trace[k] - previous} instead of {expected[k] - (expected[k - 1] if k else 0)}); trace {measured}"
+            f" (grew by {grew} instead of {expected[k] - (expected[k - 1] if k else 0)}); trace {measured}"
         )
         return CheckResult("growth", False, measured, limit, message, details, Figure(trace[k], expected[k], "tokens", "equal"))
     problem = _first_length_problem(record, geometry)
@@ -107,7 +109,7 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     return CheckResult("growth", True, measured, limit, f"cache length {measured}; every layer stores what its type keeps", details, figure)
 
 
-def _recurrent_growth(record: ProbeRecord, limit: str, details: dict) -> CheckResult:
+def _recurrent_growth(record: ProbeRecord, limit: str, details: dict[str, Any]) -> CheckResult:
     """Caches with only recurrent state: no token count, and the state must not grow with the sequence."""
     states = [[layer.state_shapes for layer in step.layers] for step in record.steps]
     if any(shapes != states[0] for shapes in states):
@@ -183,16 +185,19 @@ class _ShapeProblem(NamedTuple):
     """The shape the config asks for (``None``: no K/V)."""
 
 
-def _layer_shape_problem(layer, state, batch: int, seen: int, record: ProbeRecord) -> _ShapeProblem | None:
+def _layer_shape_problem(layer: LayerGeometry, state: LayerState, batch: int, seen: int, record: ProbeRecord) -> _ShapeProblem | None:
     if not layer.keeps_kv:
         if state.keys_shape is not None:
             text = f"config says this layer keeps no K/V, but the cache stores keys {list(state.keys_shape)}"
             return _ShapeProblem(text, list(state.keys_shape), None)
         return None
     want_k, want_v = layer.expected_shapes(batch, seen, record.max_cache_len)
-    if state.keys_shape is None:
+    if state.keys_shape is None or state.values_shape is None:
         return _ShapeProblem("expected K/V tensors, the cache layer holds none", None, list(want_k))
-    for name, got, want in (("keys", state.keys_shape, want_k), ("values", state.values_shape, want_v)):
+    stored: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = (
+        ("keys", state.keys_shape, want_k), ("values", state.values_shape, want_v),
+    )
+    for name, got, want in stored:
         if tuple(got) != want:
             hint = ""
             if len(got) == 4 and got[1] != want[1] and got[1] % max(want[1], 1) == 0:

@@ -24,6 +24,8 @@ RESULT_KEY = "kvconform_result"
 TIMING_KEY = "kvconform_cell"
 #: ``{"model_type": ...}`` of the model a worker loaded for the cell.
 MODEL_KEY = "kvconform_model"
+#: Set by ``pytest_handlecrashitem`` on the report of a test whose xdist worker died.
+CRASHED_KEY = "kvconform_crashed"
 #: The kind of a known failure (e.g. "model bug"), attached to the test at collection.
 XFAIL_KIND_KEY = "kvconform_xfail_kind"
 #: How pytest's failure text of a strict xfail that passed begins.
@@ -86,17 +88,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kvconform_check(name): a conformance check run on every matrix cell")
-    try:
-        matrix = resolve_matrix(config)
-    except (MatrixError, ValueError) as exc:
-        raise pytest.UsageError(str(exc)) from None
-    state = KvconformState(config, matrix)
+    state = KvconformState(config, _matrix_or_usage_error(config))
     config.stash[STATE] = state
     if not state.is_worker:
         _check_report_dir(config)
         config.pluginmanager.register(ResultCollector(state), "kvconform-results")
     if hasattr(config, "workerinput"):
         _share_cores(int(config.workerinput.get("workercount", 1)))
+
+
+def _matrix_or_usage_error(config: pytest.Config) -> Matrix:
+    """The resolved matrix; a problem in the file or an option is one usage error (exit 4)."""
+    try:
+        return resolve_matrix(config)
+    except (MatrixError, ValueError) as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def report_dir(config: pytest.Config) -> Path:
@@ -153,13 +159,9 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """Answer ``--list-models`` without collecting or running anything."""
     if not config.getoption("list_models"):
         return None
-    config._do_configure()
-    try:
-        from kvconform.listing import render_listing
+    from kvconform.listing import render_listing
 
-        print(render_listing(config.stash[STATE].matrix))
-    finally:
-        config._ensure_unconfigure()
+    print(render_listing(_matrix_or_usage_error(config)))
     return 0
 
 
@@ -181,7 +183,7 @@ def _cell_of(item: pytest.Item) -> Cell | None:
 
 def _check_of(item: pytest.Item) -> str:
     mark = item.get_closest_marker("kvconform_check")
-    return mark.args[0] if mark else item.originalname.removeprefix("test_")
+    return str(mark.args[0]) if mark else str(getattr(item, "originalname", item.name)).removeprefix("test_")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -230,7 +232,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     cells = config.stash[STATE].cells_by_id
 
-    class ByModel(LoadScopeScheduling):
+    class ByModel(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type information
         """LoadScope with one scope per model; a test that crashed its worker is reported, not re-run."""
 
         def _split_scope(self, nodeid: str) -> str:
@@ -274,9 +276,16 @@ def _parse_nodeid(nodeid: str) -> tuple[str, str] | None:
     return (match["test"].removeprefix("test_"), match["cell"]) if match else None
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+    """xdist's hook for the test running when a worker died: mark its report (the row says ``crashed``; the
+    ByModel scheduler does not re-run it)."""
+    report.user_properties.append((CRASHED_KEY, True))
+
+
 def _outcome(report: pytest.TestReport) -> str | None:
     """The row outcome a phase report settles, or ``None`` when it settles nothing."""
-    if report.when == "???" or "crashed while running" in str(report.longrepr or ""):
+    if dict(report.user_properties).get(CRASHED_KEY):
         return "crashed"
     if report.when == "setup":
         if report.skipped:
@@ -329,7 +338,7 @@ class ResultCollector:
         if parsed is None or parsed[1] not in state.cells_by_id:
             return
         check, cell_id = parsed
-        props = dict(report.user_properties or [])
+        props: dict[str, Any] = dict(report.user_properties or [])
         if TIMING_KEY in props:
             state.cell_timings[cell_id] = props[TIMING_KEY]
         if MODEL_KEY in props:

@@ -16,6 +16,7 @@ import torch
 
 from kvconform.cache_io import (
     LayerState,
+    Model,
     cache_keyword,
     cache_layers,
     forward_keeping_cache,
@@ -27,7 +28,7 @@ from kvconform.cache_io import (
     snapshot_layers,
 )
 from kvconform.geometry import cache_geometry
-from kvconform.kv_compare import Divergence, locate_divergence
+from kvconform.kv_compare import Divergence, LayerPair, locate_divergence
 from kvconform.matrix import Tolerance
 from kvconform.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
 from kvconform.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
@@ -130,7 +131,7 @@ def _describe_nonfinite(cached: list[torch.Tensor], reference: torch.Tensor) -> 
 
 
 @torch.inference_mode()
-def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
+def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     """Prefill, decode ``plan.decode_steps`` greedy steps, and compare with one uncached pass."""
     device = input_device(model)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
@@ -179,10 +180,10 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
     finite_ref = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     logit_scale = float(finite_ref.abs().max())
     divergence, unstable, ties = None, None, None
-    located = plan.locate_tolerance is not None and max(s.max_abs_delta for s in steps) > plan.locate_tolerance.limit(logit_scale)
+    limit = plan.locate_tolerance.limit(logit_scale) if plan.locate_tolerance is not None else float("inf")
+    located = max(s.max_abs_delta for s in steps) > limit
     if located:
         start = time.perf_counter()
-        limit = plan.locate_tolerance.limit(logit_scale)
         unstable = prefix_instability(model, full, reference, [plan.prompt_length, total - 1], limit)
         ties = topk_ties(lambda: model(input_ids=full, use_cache=False))
         divergence = _locate(model, keyword, plan, cache, full)
@@ -226,7 +227,7 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
     )
 
 
-def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> Divergence | None:
+def _locate(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> Divergence | None:
     """Compare the decoded cache with the K/V of one fresh pass over the whole sequence.
 
     For dynamic cells the fresh pass writes into a config-less ``DynamicCache`` (plain layers that keep
@@ -247,7 +248,7 @@ def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, f
     if reference_cache is None:
         reference_cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=full)
     layers = cache_geometry(model.config).layers
-    pairs = []
+    pairs: list[LayerPair] = []
     for index, (decoded, reference) in enumerate(zip(cache_layers(cache), cache_layers(reference_cache), strict=False)):
         keys, ref_keys = getattr(decoded, "keys", None), getattr(reference, "keys", None)
         if not (isinstance(keys, torch.Tensor) and isinstance(ref_keys, torch.Tensor)):
@@ -261,7 +262,7 @@ def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, f
     return locate_divergence(pairs, valid_length=total, preallocated=plan.cache != "dynamic")
 
 
-def run_generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -> GenerateRecord:
+def run_generate(model: Model, prompt: torch.Tensor, steps: int) -> GenerateRecord:
     """Greedy generate with and without the cache; where they part, the uncached top-2 margin."""
     from transformers import GenerationConfig
 
@@ -284,7 +285,7 @@ def run_generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int) -> Ge
     )
 
 
-def _generate_both(model: torch.nn.Module, prompt: torch.Tensor, steps: int, config_class: Any) -> dict[bool, Any]:
+def _generate_both(model: Model, prompt: torch.Tensor, steps: int, config_class: Any) -> dict[bool, Any]:
     runs = {}
     for use_cache in (True, False):
         # The model's own generation config (decoder start token and the like) with greedy, fixed-length settings.

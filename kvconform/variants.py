@@ -17,6 +17,7 @@ import torch
 
 from kvconform.cache_io import (
     LayerState,
+    Model,
     forward_keeping_cache,
     input_device,
     make_prompt,
@@ -56,7 +57,7 @@ def failed_path(name: str, error: BaseException) -> PathRecord:
     return PathRecord(name, [], 0, 0, 0.0, name, [], 0, [], error=f"{type(error).__name__}: {error}"[:500])
 
 
-def _accepts(model: torch.nn.Module, name: str) -> bool:
+def _accepts(model: Model, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
@@ -73,7 +74,7 @@ def _row_delta(cached: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num((cached.float() - reference.float()).abs(), nan=float("inf")).amax(dim=-1)
 
 
-def _generate_feeds_mask(model: torch.nn.Module, keyword: str, token: torch.Tensor, cache: Any, mask: torch.Tensor) -> bool:
+def _generate_feeds_mask(model: Model, keyword: str, token: torch.Tensor, cache: Any, mask: torch.Tensor) -> bool:
     """Whether ``generate()`` feeds the attention mask on a cached decode step: Mamba-style models drop it
     (their one-token step cannot take the whole sequence's mask), so the path feeds what generate() feeds.
     Where the model's own input preparation needs generate()'s state to run (musicgen), the mask is fed, as
@@ -88,7 +89,7 @@ def _generate_feeds_mask(model: torch.nn.Module, keyword: str, token: torch.Tens
 
 
 @torch.inference_mode()
-def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
+def run_ragged(model: Model, plan: Any, keyword: str) -> PathRecord:
     """Left-padded prompts of lengths P, P-1, … (at least 2) decoded together with a mask."""
     device = input_device(model)
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
@@ -128,14 +129,14 @@ def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
         positions = {"position_ids": torch.arange(own.shape[1], device=device)[None]} if use_positions else {}
         reference = model(input_ids=own, use_cache=False, **positions).logits[0, length - 1 :, :]
         scale = max(scale, float(torch.nan_to_num(reference.float()).abs().max()))
-        for step, cached in enumerate(logits):
-            deltas[step][row] = _row_delta(cached[row : row + 1], reference[step : step + 1])[0]
+        for k, cached in enumerate(logits):
+            deltas[k][row] = _row_delta(cached[row : row + 1], reference[k : k + 1])[0]
     description = f"left-padded rows of lengths {lengths} with an attention mask"
     return _summarize("ragged", deltas, scale, description, cache_lengths, width, cache)
 
 
 @torch.inference_mode()
-def run_prefix_reuse(model: torch.nn.Module, plan: Any, keyword: str, reference: torch.Tensor,
+def run_prefix_reuse(model: Model, plan: Any, keyword: str, reference: torch.Tensor,
                      sequence: torch.Tensor) -> PathRecord:
     """Prefill P-2 tokens, copy that cache, extend the copy by 2 tokens at once, then decode the same tokens.
 

@@ -147,10 +147,10 @@ def validate_document(doc: Any) -> list[str]:
     seen: set[tuple[str, str]] = set()
     for i, result in enumerate(_list_of_dicts(doc, "results", problems)):
         _validate_result(i, result, problems)
-        key = (str(result.get("cell_id")), str(result.get("check")))
-        if key in seen:
-            problems.append(f"results[{i}]: duplicate result for cell {key[0]!r}, check {key[1]!r}")
-        seen.add(key)
+        cell_check = (str(result.get("cell_id")), str(result.get("check")))
+        if cell_check in seen:
+            problems.append(f"results[{i}]: duplicate result for cell {cell_check[0]!r}, check {cell_check[1]!r}")
+        seen.add(cell_check)
     for i, cell in enumerate(_list_of_dicts(doc, "cells", problems)):
         if not isinstance(cell.get("cell_id"), str):
             problems.append(f"cells[{i}].cell_id: missing or not a string")
