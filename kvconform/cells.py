@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from kvconform.check_table import CHECKS
 from kvconform.matrix import Matrix, ModelSpec, Tolerance
 
 
@@ -25,15 +26,9 @@ class Cell:
         return self.spec.settings.tolerances[self.dtype]
 
 
-#: Checks that run only on some cells: the cell's setting of that name enables them; generate runs in float32.
-OPTIONAL_CHECKS = ("ragged", "prefix_reuse", "generate")
-
-
 def check_applies(check: str, cell: Cell) -> bool:
-    """Whether ``check`` runs on ``cell`` (optional checks are enabled per model)."""
-    if check not in OPTIONAL_CHECKS:
-        return True
-    return bool(getattr(cell.spec.settings, check)) and (check != "generate" or cell.dtype == "float32")
+    """Whether ``check`` runs on ``cell`` (see the check table)."""
+    return CHECKS[check].applies(cell.spec.settings, cell.dtype)
 
 
 def ragged_row_lengths(batch_size: int, prompt_length: int) -> list[int]:

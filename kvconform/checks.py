@@ -6,16 +6,18 @@ which step, which layer, which position, measured vs limit.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 from kvconform.cache_io import LayerState
+from kvconform.check_table import CHECK_ORDER, CHECKS, PATH_CHECKS
 from kvconform.geometry import CacheGeometry, LayerGeometry
 from kvconform.matrix import Tolerance
 from kvconform.probe import ProbeRecord, StepRecord
 from kvconform.results import CheckResult, Figure
 
 BYTES_PER_VALUE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
-CHECKS = ("parity", "growth", "shapes", "bytes", "generate", "ragged", "prefix_reuse")
 
 
 def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
@@ -312,11 +314,29 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
     return CheckResult(name, False, f"{worst:.2e}", f"{limit:.2e}", text, details, Figure(worst, limit, "logit"))
 
 
+def _path(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> CheckResult:
+    return path_check(record, name, tolerance, geometry)
+
+
+#: Each check of the table, called with (record, geometry, config explanation, tolerance).
+_RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResult]] = {
+    "parity": lambda record, geometry, explanation, tolerance: parity(record, tolerance),
+    "growth": lambda record, geometry, explanation, tolerance: growth(record, geometry),
+    "shapes": lambda record, geometry, explanation, tolerance: shapes(record, geometry, explanation),
+    "bytes": lambda record, geometry, explanation, tolerance: cache_bytes(record, geometry),
+    "generate": lambda record, geometry, explanation, tolerance: generate(record, tolerance),
+    **{name: partial(_path, name) for name in PATH_CHECKS},
+}
+if set(_RUN) != set(CHECKS):  # the check table and its functions must name the same checks
+    raise ImportError(f"kvconform.checks binds {sorted(_RUN)}, the check table lists {sorted(CHECKS)}")
+
+
+def run_check(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> CheckResult:
+    """One check of the table on one record."""
+    return _RUN[name](record, geometry, explanation, tolerance)
+
+
 def run_all(record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> dict[str, CheckResult]:
-    """Every check on one record, keyed by check name."""
-    results = (
-        parity(record, tolerance), growth(record, geometry), shapes(record, geometry, explanation),
-        cache_bytes(record, geometry), generate(record, tolerance),
-        *(path_check(record, name, tolerance, geometry) for name in record.paths),
-    )
-    return {result.name: result for result in results}
+    """Every check on one record (the extra paths the probe ran), keyed by check name, in table order."""
+    return {name: run_check(name, record, geometry, explanation, tolerance)
+            for name in CHECK_ORDER if name not in PATH_CHECKS or name in record.paths}

@@ -122,3 +122,22 @@ def test_generate_is_strict_in_float32_and_forgives_near_ties_elsewhere():
     clear = checks.generate(_record(generate=_generate(1, 5.0), dtype="float16"), half)
     assert not clear.passed and "generated token 1 (rows [1])" in clear.message
     assert clear.figure == Figure(1, 3, "tokens", "equal")
+
+
+def test_the_suite_has_one_test_per_check_of_the_table() -> None:
+    """The check table is the one list of checks: the suite's tests, the cells and the report columns follow it."""
+    import ast
+    from pathlib import Path
+
+    from kvconform.check_table import CHECK_ORDER
+    from kvconform.report.views import CHECK_ORDER as REPORT_ORDER
+
+    suite = ast.parse((Path(__file__).resolve().parents[1] / "suites" / "test_conformance.py").read_text())
+    tests = [node.name.removeprefix("test_") for node in suite.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+    assert tests == list(CHECK_ORDER)
+    assert REPORT_ORDER is CHECK_ORDER
+
+
+def test_run_all_follows_the_table_and_runs_only_the_paths_the_probe_ran() -> None:
+    results = checks.run_all(_record(), GEOMETRY, "x", TOL)
+    assert list(results) == ["parity", "growth", "shapes", "bytes", "generate"]

@@ -14,12 +14,12 @@ import re
 from collections import Counter
 from typing import Any
 
+from kvconform.check_table import CHECK_ORDER
 from kvconform.report.document import Doc, result_sort_key
 from kvconform.results import OUTCOMES
 from kvconform.run_status import banners
 
 #: Checks in column order; unknown checks follow alphabetically.
-CHECK_ORDER = ("parity", "growth", "shapes", "bytes", "generate", "ragged", "prefix_reuse")
 #: Outcomes that make a run red.
 BAD_OUTCOMES = ("fail", "error", "crashed")
 #: Outcomes listed under "Needs attention", most severe first.
