@@ -18,7 +18,7 @@ from kvconform.cells import Cell, check_applies, expand_cells, shard, untestable
 from kvconform.known_failures import ExpectedFailure, known_failure
 from kvconform.matrix import Matrix, MatrixError, load_matrix
 from kvconform.report.document import count_not_run, finite_or_null
-from kvconform.results import SCHEMA_VERSION
+from kvconform.results import SCHEMA_VERSION, Outcome, ResultRow
 
 RESULT_KEY = "kvconform_result"
 TIMING_KEY = "kvconform_cell"
@@ -41,7 +41,7 @@ class KvconformState:
         self.matrix = matrix
         self.cells = expand_cells(matrix)
         self.cells_by_id = {cell.id: cell for cell in self.cells}
-        self.results: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, ResultRow] = {}
         self.cell_timings: dict[str, dict[str, Any]] = {}
         self.model_types: dict[str, str] = {}
         self.runner: Any = None
@@ -283,7 +283,7 @@ def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any
     report.user_properties.append((CRASHED_KEY, True))
 
 
-def _outcome(report: pytest.TestReport) -> str | None:
+def _outcome(report: pytest.TestReport) -> Outcome | None:
     """The row outcome a phase report settles, or ``None`` when it settles nothing."""
     if dict(report.user_properties).get(CRASHED_KEY):
         return "crashed"
@@ -296,7 +296,8 @@ def _outcome(report: pytest.TestReport) -> str | None:
             return "xfail" if report.skipped else "xpass"
         if report.failed and str(report.longrepr or "").startswith(STRICT_XPASS):
             return "xpass"
-        return {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
+        called: dict[str, Outcome] = {"passed": "pass", "failed": "fail", "skipped": "skip"}
+        return called[report.outcome]
     return "error" if report.failed else None
 
 
@@ -352,11 +353,11 @@ class ResultCollector:
             row["message"] += f"\n(xdist re-ran it on another worker: {outcome})"
             return
         if report.when == "teardown":
-            row.update(outcome="error", message=row["message"] + "\n(teardown error) " + _message(report, None))
+            row["outcome"], row["message"] = "error", row["message"] + "\n(teardown error) " + _message(report, None)
             state.results[key] = row
             return
         verdict = props.get(RESULT_KEY)
-        row.update(outcome=outcome, message=_message(report, verdict))
+        row["outcome"], row["message"] = outcome, _message(report, verdict)
         if outcome in ("xfail", "xpass"):
             row["reason"] = _xfail_reason(report)
             if props.get(XFAIL_KIND_KEY):
@@ -365,14 +366,15 @@ class ResultCollector:
             row["reason"] = _skip_reason(report)
         if verdict is not None:
             figures, nonfinite = finite_or_null({key: verdict[key] for key in ("figure", "details")})
-            row.update(measured=verdict["measured"], limit=verdict["limit"], **figures)
+            row["measured"], row["limit"] = verdict["measured"], verdict["limit"]
+            row["figure"], row["details"] = figures["figure"], figures["details"]
             if nonfinite:
                 row["nonfinite"] = nonfinite
         row["duration_s"] = round(row.get("duration_s", 0.0) + report.duration, 4)
         state.results[key] = row
 
 
-def _row(cell: Cell, check: str, nodeid: str) -> dict[str, Any]:
+def _row(cell: Cell, check: str, nodeid: str) -> ResultRow:
     """A result row before its outcome is known (provenance is per model, in the document's ``models``)."""
     return {
         "cell_id": cell.id, "model": cell.spec.id, "dtype": cell.dtype, "device": cell.device, "cache": cell.cache,

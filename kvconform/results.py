@@ -4,13 +4,41 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict, get_args
 
 SCHEMA_VERSION = 2
 
-#: Outcomes a cell/check can have in a report.
-OUTCOMES = ("pass", "fail", "skip", "xfail", "xpass", "error", "crashed")
-"""``xpass``: a check marked as a known failure passed (the model may have been fixed)."""
+#: Outcomes a cell/check can have in a report. ``xpass``: a check marked as a known failure passed.
+Outcome = Literal["pass", "fail", "skip", "xfail", "xpass", "error", "crashed"]
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+
+
+class _RequiredRow(TypedDict):
+    cell_id: str
+    model: str
+    dtype: str
+    device: str
+    cache: str
+    check: str
+    outcome: Outcome
+    measured: str
+    limit: str
+    figure: dict[str, Any] | None
+    message: str
+    details: dict[str, Any]
+    duration_s: float
+    nodeid: str
+
+
+class ResultRow(_RequiredRow, total=False):
+    """One check on one cell, as ``conformance.json`` stores it (``conformance.schema.json``, ``$defs/result``)."""
+
+    reason: str
+    """Why a check was an xfail, xpass or skip (the matrix entry's evidence)."""
+    xfail_kind: str
+    """The known failure's kind: ``model bug``, ``model limitation`` or ``not testable``."""
+    nonfinite: list[str]
+    """Paths of values that were not finite and are written as null."""
 
 #: A figure's value: a number, or a shape (list of integers).
 Value = int | float | list[int] | None

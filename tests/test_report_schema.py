@@ -89,3 +89,13 @@ def test_every_details_field_the_checks_write_is_documented(llama) -> None:
     for result in results:
         if result.figure is not None:
             figure.validate(result.figure.to_dict())
+
+
+def test_the_result_row_type_is_the_schema_result() -> None:
+    """ResultRow (what the plugin writes) and the schema's result object name the same fields and outcomes."""
+    from kvconform.results import OUTCOMES, ResultRow
+
+    result = json.loads(SCHEMA_PATH.read_text())["$defs"]["result"]
+    assert set(ResultRow.__required_keys__) == set(result["required"])
+    assert set(ResultRow.__required_keys__ | ResultRow.__optional_keys__) == set(result["properties"])
+    assert set(result["properties"]["outcome"]["enum"]) == set(OUTCOMES) - {"skip"}  # skips are counted, not rows

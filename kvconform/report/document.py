@@ -12,6 +12,7 @@ import json
 import math
 import os
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -168,7 +169,7 @@ def result_sort_key(result: dict[str, Any]) -> tuple[str, str, str]:
     return (result.get("model", ""), result.get("cell_id", ""), result.get("check", ""))
 
 
-def count_not_run(skipped: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def count_not_run(skipped: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Checks that never ran (rows with a ``reason`` and a ``cell_id``), counted by reason, most first."""
     checks = Counter(row["reason"] for row in skipped)
     cells = Counter(reason for reason, _ in {(row["reason"], row["cell_id"]) for row in skipped})
