@@ -64,26 +64,30 @@ class KvconformState:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Every option also has a ``--kvconform-`` spelling, which cannot clash with another plugin's options.
+
+    Values are validated right after parsing (``options.check_choices``), in one line with close matches,
+    rather than by argparse ``choices``, whose error prints the usage and no close matches."""
     group = parser.getgroup("kvconform", "KV-cache conformance")
-    group.addoption("--matrix", default=None, help="Model matrix YAML (default: model_matrix.yaml at the rootdir)")
+    group.addoption("--matrix", "--kvconform-matrix", default=None, help="Model matrix YAML (default: model_matrix.yaml at the rootdir)")
     group.addoption(
-        "--model", action="append", default=[], dest="kvconform_models",
+        "--model", "--kvconform-model", action="append", default=[], dest="kvconform_models",
         help="Run only this checkpoint (local folder, .gguf file or hub id) with the matrix defaults; repeatable",
     )
-    group.addoption("--revision", default=None, help="Pinned hub revision for --model hub ids")
-    group.addoption("--dtype", action="append", default=[], dest="kvconform_dtypes", help="Only these dtypes; repeatable")
-    group.addoption("--device", action="append", default=[], dest="kvconform_devices", help="Only these devices; repeatable")
-    group.addoption("--cache", action="append", default=[], dest="kvconform_caches", help="Only these cache implementations; repeatable")
-    group.addoption("--trust-remote-code", action="store_true", help="Allow --model checkpoints to run their own code")
-    group.addoption("--allow-pickle", action="store_true", help="Allow --model checkpoints with pickle weights")
+    group.addoption("--revision", "--kvconform-revision", default=None, help="Pinned hub revision for --model hub ids")
+    group.addoption("--dtype", "--kvconform-dtype", action="append", default=[], dest="kvconform_dtypes", help="Only these dtypes; repeatable")
+    group.addoption("--device", "--kvconform-device", action="append", default=[], dest="kvconform_devices", help="Only these devices; repeatable")
+    group.addoption("--cache", "--kvconform-cache", action="append", default=[], dest="kvconform_caches", help="Only these cache implementations; repeatable")
+    group.addoption("--trust-remote-code", "--kvconform-trust-remote-code", action="store_true", help="Allow --model checkpoints to run their own code")
+    group.addoption("--allow-pickle", "--kvconform-allow-pickle", action="store_true", help="Allow --model checkpoints with pickle weights")
     group.addoption(
-        "--require-models", action="store_true",
+        "--require-models", "--kvconform-require-models", action="store_true",
         help="Fail (instead of skip) the cells of a model that is not on this machine, e.g. a hub id missing offline",
     )
-    group.addoption("--shard", default=None, help="Run shard I/N of the models (e.g. 2/4), split deterministically by model")
-    group.addoption("--list-models", action="store_true", help="Print the resolved matrix and the excluded architectures, then exit")
-    group.addoption("--report-dir", default=None, help="Where conformance reports go (default: reports/ at the rootdir)")
-    group.addoption("--no-reports", action="store_true", help="Do not write conformance reports")
+    group.addoption("--shard", "--kvconform-shard", default=None, help="Run shard I/N of the models (e.g. 2/4), split deterministically by model")
+    group.addoption("--list-models", "--kvconform-list-models", action="store_true", help="Print the resolved matrix and the excluded architectures, then exit")
+    group.addoption("--report-dir", "--kvconform-report-dir", default=None, help="Where conformance reports go (default: reports/ at the rootdir)")
+    group.addoption("--no-reports", "--kvconform-no-reports", action="store_true", help="Do not write conformance reports")
 
 
 def pytest_configure(config: pytest.Config) -> None:

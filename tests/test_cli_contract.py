@@ -394,3 +394,18 @@ def test_ragged_that_could_not_fail_is_skipped_with_the_reason(tmp_path: Path) -
     control = rows[("two-rows[float32-cpu-dynamic]", "ragged")]
     assert control["outcome"] == "pass" and "left-padded rows of lengths [4, 3]" in control["message"], control
     assert rows[("one-row[float32-cpu-dynamic]", "parity")]["outcome"] == "pass"  # the cell's other checks still run
+
+
+def test_every_option_has_a_prefixed_spelling_that_means_the_same() -> None:
+    """--kvconform-dtype is --dtype: the prefixed names cannot clash with another plugin's options."""
+    import kvconform.plugin
+
+    parser = pytest.Parser()
+    kvconform.plugin.pytest_addoption(parser)
+    group = parser.getgroup("kvconform")
+    for option in group.options:
+        names = option.names()
+        plain = [n for n in names if not n.startswith("--kvconform-")]
+        assert plain and [f"--kvconform-{n[2:]}" for n in plain] == [n for n in names if n.startswith("--kvconform-")], names
+    parsed = parser.parse_known_args(["--kvconform-dtype", "float16", "--dtype", "bfloat16", "--kvconform-shard", "1/2"])
+    assert parsed.kvconform_dtypes == ["float16", "bfloat16"] and parsed.shard == "1/2"
