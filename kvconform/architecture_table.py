@@ -17,7 +17,7 @@ def architecture_table() -> dict[str, Any]:
     return yaml.safe_load(text) or {}
 
 
-def load_architecture_table() -> tuple[dict[str, dict], dict[str, str]]:
+def load_architecture_table() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """(per-model_type config overrides, excluded model_type -> reason)."""
     table = architecture_table()
     return copy.deepcopy(table.get("overrides") or {}), dict(table.get("excluded") or {})

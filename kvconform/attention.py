@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import input_device, make_prompt
+from kvconform.cache_io import Model, input_device, make_prompt
 
 
 @dataclass
@@ -22,7 +22,7 @@ class AgreementRecord:
 
 
 @torch.inference_mode()
-def run_agreement(model: torch.nn.Module, other: torch.nn.Module, plan: Any) -> AgreementRecord:
+def run_agreement(model: Model, other: Model, plan: Any) -> AgreementRecord:
     """One uncached pass of ``model`` and of ``other`` (same weights, another attention) over P+N seeded tokens."""
     vocab = model.config.get_text_config(decoder=True).vocab_size
     ids = make_prompt(plan.batch_size, plan.prompt_length + plan.decode_steps, plan.seed, vocab, input_device(model))

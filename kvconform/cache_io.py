@@ -8,6 +8,9 @@ from typing import Any
 
 import torch
 
+#: A transformers model (a ``PreTrainedModel``): typed ``Any`` because its attributes are dynamic
+#: (``nn.Module.__getattr__``) and its API is only partly annotated.
+Model = Any
 
 #: The ``QuantizedCache`` backend that needs no extra package (float8 values with a per-tensor scale).
 QUANTIZED_BACKEND = "fp8"
@@ -16,7 +19,7 @@ QUANTIZED_BACKEND = "fp8"
 CACHE_KEYWORDS = ("cache", "past_key_values", "cache_params")
 
 
-def cache_keyword(model: torch.nn.Module) -> str:
+def cache_keyword(model: Model) -> str:
     """The forward keyword the installed transformers expects for the cache (``cache`` in 5.24+)."""
     params = inspect.signature(model.forward).parameters
     for keyword in CACHE_KEYWORDS:
@@ -25,7 +28,7 @@ def cache_keyword(model: torch.nn.Module) -> str:
     raise TypeError(f"{type(model).__name__}.forward takes none of {', '.join(CACHE_KEYWORDS)}")
 
 
-def input_device(model: torch.nn.Module) -> torch.device:
+def input_device(model: Model) -> torch.device:
     """Where inputs go: accelerate's execution device for offloaded models, else the first real parameter's."""
     device = getattr(getattr(model, "_hf_hook", None), "execution_device", None)
     if device is not None:
@@ -42,7 +45,7 @@ def returned_cache(output: Any, passed: Any = None) -> Any:
     return passed
 
 
-def forward_keeping_cache(model: torch.nn.Module, keyword: str, cache: Any, **inputs: Any) -> tuple[Any, Any]:
+def forward_keeping_cache(model: Model, keyword: str, cache: Any, **inputs: Any) -> tuple[Any, Any]:
     """A ``use_cache`` forward and the cache to feed back next.
 
     A model that returns no cache object (recurrent_gemma keeps its state inside the layers) gets an
@@ -68,7 +71,7 @@ def make_prompt(batch_size: int, prompt_length: int, seed: int, vocab_size: int,
     return ids.to(device)
 
 
-def new_cache(model: torch.nn.Module, kind: str, max_len: int) -> Any:
+def new_cache(model: Model, kind: str, max_len: int) -> Any:
     """A fresh cache of ``kind``; ``None`` lets the model build its own default (dynamic) cache."""
     if kind == "dynamic":
         return None
@@ -137,8 +140,8 @@ def snapshot_layers(cache: Any) -> list[LayerState]:
             states.append(quantized)
             continue
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        has_kv = isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 3
-        kv_bytes = keys.numel() * keys.element_size() + values.numel() * values.element_size() if has_kv else 0
+        kv = (keys, values) if isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 3 else None
+        kv_bytes = sum(t.numel() * t.element_size() for t in kv) if kv else 0
         other = [
             tuple(t.shape)
             for name in ("conv_states", "recurrent_states")
@@ -149,9 +152,9 @@ def snapshot_layers(cache: Any) -> list[LayerState]:
             LayerState(
                 index=index,
                 layer_class=type(layer).__name__,
-                keys_shape=tuple(keys.shape) if has_kv else None,
-                values_shape=tuple(values.shape) if has_kv else None,
-                dtype=str(keys.dtype).removeprefix("torch.") if has_kv else None,
+                keys_shape=tuple(kv[0].shape) if kv else None,
+                values_shape=tuple(kv[1].shape) if kv else None,
+                dtype=str(kv[0].dtype).removeprefix("torch.") if kv else None,
                 kv_bytes=kv_bytes,
                 state_shapes=tuple(other),
             )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable
 
+from kvconform.check_table import CHECKS
 from kvconform.matrix import QUANTIZED, Matrix, ModelSpec, Tolerance
 
 #: The attention implementation whose cells keep the short id (``llama[float32-cpu-static]``).
@@ -38,37 +39,9 @@ class Cell:
         return self.cache != "dynamic" or self.attn != self.model_attn
 
 
-#: Checks that run only on some cells: the cell's setting of that name enables them.
-OPTIONAL_CHECKS = (
-    "ragged", "prefix_reuse", "generate", "beam", "reorder", "crop", "padded_generate", "attn_agreement", "quantized_kv",
-)
-#: Checks whose reference is a full-precision run the fp8 cache leaves by design (its frozen scale saturates), or
-#: that compare with a run of another calibration (a per-batch scale: ragged; a prefix's scale: prefix_reuse);
-#: quantized cells are judged against the fp8 design instead (README, "Cache paths").
-FULL_PRECISION_CHECKS = ("generate", "padded_generate", "ragged", "prefix_reuse", "crop")
-#: Checks that compare token choices, run in float32 only (lower precisions flip near-ties).
-FLOAT32_CHECKS = ("generate", "beam", "reorder", "padded_generate", "attn_agreement")
-
-
 def check_applies(check: str, cell: Cell) -> bool:
-    """Whether ``check`` runs on ``cell`` (optional checks are enabled per model)."""
-    if check not in OPTIONAL_CHECKS:
-        return True
-    if check in FLOAT32_CHECKS and cell.dtype != "float32":
-        return False
-    if check == "beam" and cell.cache != "dynamic":
-        return False  # other caches: their reorder_cache is checked directly (reorder), see reorder.py
-    if check == "reorder":
-        return cell.cache != "dynamic" and cell.spec.settings.beam
-    if check == "padded_generate" and cell.attn != cell.model_attn:
-        return False  # the ragged path already decodes a left-padded batch with this attention (README, "Performance")
-    if check == "quantized_kv":
-        return cell.cache == QUANTIZED
-    if cell.cache == QUANTIZED and check in FULL_PRECISION_CHECKS:
-        return False
-    if check == "attn_agreement":
-        return cell.attn != cell.model_attn and cell.cache == "dynamic"
-    return bool(getattr(cell.spec.settings, check))
+    """Whether ``check`` runs on ``cell`` (see the check table)."""
+    return CHECKS[check].applies(cell.spec.settings, cell.dtype, cell.cache, cell.attn == cell.model_attn)
 
 
 def ragged_row_lengths(batch_size: int, prompt_length: int) -> list[int]:

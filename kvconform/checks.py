@@ -6,11 +6,18 @@ which step, which layer, which position, measured vs limit.
 
 from __future__ import annotations
 
-from kvconform.geometry import CacheGeometry
+from collections.abc import Callable
+from functools import partial
+from typing import Any, NamedTuple
+
+from kvconform import path_checks
+from kvconform.cache_io import LayerState
+from kvconform.check_table import CHECK_ORDER, CHECKS, PATH_CHECKS
+from kvconform.geometry import CacheGeometry, LayerGeometry
 from kvconform.matrix import Tolerance
 from kvconform.probe import GenerateRecord, ProbeRecord, StepRecord
 from kvconform.quantized import SCALES_PER_LAYER
-from kvconform.results import CheckResult
+from kvconform.results import CheckResult, Figure
 
 BYTES_PER_VALUE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
 #: What a cache kind stores its K/V as, where that is not the model's dtype.
@@ -36,7 +43,9 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
         details["full_precision_delta"] = record.full_precision_delta
     measured, shown_limit = f"{worst.max_abs_delta:.2e}", f"{limit:.2e}"
     if record.nonfinite:
-        return CheckResult("parity", False, "non-finite", shown_limit, f"{record.nonfinite} ({record.dtype})", details)
+        figure = Figure(float("inf"), limit, "logit")
+        return CheckResult("parity", False, "non-finite", shown_limit, f"{record.nonfinite} ({record.dtype})", details, figure)
+    figure = Figure(worst.max_abs_delta, limit, "logit")
     failing = [s for s in record.steps if s.max_abs_delta > limit]
     argmax_note = "greedy argmax agrees at every step" if not disagree else f"greedy argmax differs at steps {disagree}"
     if not failing:
@@ -44,7 +53,7 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
         if record.full_precision_delta is not None:
             message += (f"; against {record.reference} (fp8 frozen-scale quantization); the full-precision uncached pass "
                         f"differs by {record.full_precision_delta:.3g} by design")
-        return CheckResult("parity", True, measured, shown_limit, message, details)
+        return CheckResult("parity", True, measured, shown_limit, message, details, figure)
     first = failing[0]
     lines = [
         f"cached logits diverge from {record.reference} at decode step {first.step} "
@@ -66,7 +75,7 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
     elif diagnosis == "cache fault" and record.located:
         lines.append("stored K/V match a fresh pass at every layer and position: suspect the attention mask or positions")
     lines[0] = f"[{diagnosis}] " + lines[0]
-    return CheckResult("parity", False, measured, shown_limit, "\n".join(lines), details)
+    return CheckResult("parity", False, measured, shown_limit, "\n".join(lines), details, figure)
 
 
 def _diagnosis(record: ProbeRecord) -> str:
@@ -97,20 +106,23 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     if all(length is None for length in trace) and not geometry.kv_layers:
         return _recurrent_growth(record, limit, details)
     if trace != expected:
-        k = next(i for i, (a, b) in enumerate(zip(trace, expected)) if a != b)
-        previous = trace[k - 1] if k else 0
+        k = next(i for i, (a, b) in enumerate(zip(trace, expected, strict=False)) if a != b)
+        now, previous = trace[k], trace[k - 1] if k else 0
+        grew = "an unknown number" if now is None or previous is None else now - previous
         message = (
             f"get_seq_length() is {trace[k]} after {'prefill' if k == 0 else f'decode step {k}'}, expected {expected[k]}"
-            f" (grew by {trace[k] - previous} instead of {expected[k] - (expected[k - 1] if k else 0)}); trace {measured}"
+            f" (grew by {grew} instead of {expected[k] - (expected[k - 1] if k else 0)}); trace {measured}"
         )
-        return CheckResult("growth", False, measured, limit, message, details)
+        return CheckResult("growth", False, measured, limit, message, details, Figure(trace[k], expected[k], "tokens", "equal"))
     problem = _first_length_problem(record, geometry)
     if problem:
-        return CheckResult("growth", False, measured, limit, problem, details)
-    return CheckResult("growth", True, measured, limit, f"cache length {measured}; every layer stores what its type keeps", details)
+        text, got, want = problem
+        return CheckResult("growth", False, measured, limit, text, details, Figure(got, want, "positions", "equal"))
+    figure = Figure(trace[-1], expected[-1], "tokens", "equal")
+    return CheckResult("growth", True, measured, limit, f"cache length {measured}; every layer stores what its type keeps", details, figure)
 
 
-def _recurrent_growth(record: ProbeRecord, limit: str, details: dict) -> CheckResult:
+def _recurrent_growth(record: ProbeRecord, limit: str, details: dict[str, Any]) -> CheckResult:
     """Caches with only recurrent state: no token count, and the state must not grow with the sequence."""
     states = [[layer.state_shapes for layer in step.layers] for step in record.steps]
     if any(shapes != states[0] for shapes in states):
@@ -121,10 +133,11 @@ def _recurrent_growth(record: ProbeRecord, limit: str, details: dict) -> CheckRe
     return CheckResult("growth", True, "constant state", "constant state", message, details)
 
 
-def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> str | None:
+def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> tuple[str, int, int] | None:
+    """The first layer storing another length than its type keeps: ``(message, stored, expected)``."""
     for step in record.steps:
         seen = record.plan.prompt_length + step.step
-        for layer, state in zip(geometry.layers, step.layers):
+        for layer, state in zip(geometry.layers, step.layers, strict=False):
             if not layer.keeps_kv or state.keys_shape is None:
                 continue
             want = layer.stored_length(seen, record.max_cache_len)
@@ -135,7 +148,8 @@ def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> str |
                 )
                 return (
                     f"layer {layer.index} ({layer.reason}) stores {got} positions after "
-                    f"{'prefill' if step.step == 0 else f'decode step {step.step}'} ({seen} tokens seen), expected {want} ({rule})"
+                    f"{'prefill' if step.step == 0 else f'decode step {step.step}'} ({seen} tokens seen), expected {want} ({rule})",
+                    got, want,
                 )
     return None
 
@@ -143,45 +157,69 @@ def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> str |
 def shapes(record: ProbeRecord, geometry: CacheGeometry, explanation: str) -> CheckResult:
     """Every layer's K and V are ``[B, H_kv, S_layer, head_dim]`` from the config; no-K/V layers keep none."""
     batch = record.plan.batch_size
-    no_kv = [l.index for l in geometry.layers if not l.keeps_kv]
+    no_kv = [layer.index for layer in geometry.layers if not layer.keeps_kv]
     details = {"no_kv_layers": no_kv, "kv_layers": len(geometry.kv_layers), "geometry": explanation}
     for step in record.steps:
         omitted = geometry.layers[len(step.layers):]
         if len(step.layers) > len(geometry.layers) or any(layer.keeps_kv for layer in omitted):
             message = f"cache has {len(step.layers)} layers, the config has {len(geometry.layers)} decoder layers"
-            return CheckResult("shapes", False, f"{len(step.layers)} layers", f"{len(geometry.layers)} layers", message, details)
+            figure = Figure(len(step.layers), len(geometry.layers), "layers", "equal")
+            return CheckResult("shapes", False, f"{len(step.layers)} layers", f"{len(geometry.layers)} layers", message, details, figure)
         seen = record.plan.prompt_length + step.step
-        for layer, state in zip(geometry.layers, step.layers):
+        for layer, state in zip(geometry.layers, step.layers, strict=False):
             problem = _layer_shape_problem(layer, state, batch, seen, record)
             if problem:
                 when = "prefill" if step.step == 0 else f"decode step {step.step}"
-                message = f"after {when}, layer {layer.index} ({state.layer_class}; {layer.reason}): {problem}; {explanation}"
-                return CheckResult("shapes", False, problem.split(";")[0], "", message, details)
+                message = f"after {when}, layer {layer.index} ({state.layer_class}; {layer.reason}): {problem.text}; {explanation}"
+                figure = Figure(problem.got, problem.want, SHAPE_UNIT, "equal")
+                return CheckResult("shapes", False, _shape_text(problem.got), _shape_text(problem.want), message, details, figure)
     last = record.steps[-1]
-    first_kv = next((s for s, l in zip(last.layers, geometry.layers) if l.keeps_kv), None)
-    measured = f"{list(first_kv.keys_shape)}" if first_kv and first_kv.keys_shape else "no K/V"
+    first_kv = next((s for s, layer in zip(last.layers, geometry.layers, strict=False) if layer.keeps_kv), None)
+    shape = list(first_kv.keys_shape) if first_kv and first_kv.keys_shape else None
     listed = f"; layers keeping no K/V: {no_kv}" if no_kv else ""
     message = f"{len(geometry.kv_layers)} K/V layers match [B, H_kv, S_layer, head_dim] ({explanation}){listed}"
-    return CheckResult("shapes", True, measured, measured, message, details)
+    figure = Figure(shape, shape, SHAPE_UNIT, "equal")
+    return CheckResult("shapes", True, _shape_text(shape), _shape_text(shape), message, details, figure)
 
 
-def _layer_shape_problem(layer, state, batch: int, seen: int, record: ProbeRecord) -> str | None:
+#: Unit of a shapes figure (the keys of one layer).
+SHAPE_UNIT = "[B, H_kv, S_layer, head_dim]"
+
+
+def _shape_text(shape: list[int] | None) -> str:
+    return str(shape) if shape is not None else "no K/V"
+
+
+class _ShapeProblem(NamedTuple):
+    text: str
+    got: list[int] | None
+    """The stored shape (``None``: no K/V)."""
+    want: list[int] | None
+    """The shape the config asks for (``None``: no K/V)."""
+
+
+def _layer_shape_problem(layer: LayerGeometry, state: LayerState, batch: int, seen: int, record: ProbeRecord) -> _ShapeProblem | None:
     if not layer.keeps_kv:
         if state.keys_shape is not None:
-            return f"config says this layer keeps no K/V, but the cache stores keys {list(state.keys_shape)}"
+            text = f"config says this layer keeps no K/V, but the cache stores keys {list(state.keys_shape)}"
+            return _ShapeProblem(text, list(state.keys_shape), None)
         return None
-    if state.keys_shape is None:
-        return "expected K/V tensors, the cache layer holds none"
     want_k, want_v = layer.expected_shapes(batch, seen, record.max_cache_len)
-    for name, got, want in (("keys", state.keys_shape, want_k), ("values", state.values_shape, want_v)):
+    if state.keys_shape is None or state.values_shape is None:
+        return _ShapeProblem("expected K/V tensors, the cache layer holds none", None, list(want_k))
+    stored: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = (
+        ("keys", state.keys_shape, want_k), ("values", state.values_shape, want_v),
+    )
+    for name, got, want in stored:
         if tuple(got) != want:
             hint = ""
             if len(got) == 4 and got[1] != want[1] and got[1] % max(want[1], 1) == 0:
                 hint = f" (stores {got[1]} heads: expanded to the query-head count instead of H_kv={want[1]}?)"
-            return f"{name} {list(got)} != expected {list(want)} [B, H_kv, S, head_dim]{hint}"
+            return _ShapeProblem(f"{name} {list(got)} != expected {list(want)} [B, H_kv, S, head_dim]{hint}", list(got), list(want))
     want_dtype = STORED_DTYPE.get(record.plan.cache, record.dtype)
     if state.dtype != want_dtype:
-        return f"K/V stored as {state.dtype}, expected {want_dtype} (the model runs in {record.dtype}, cache {record.plan.cache})"
+        return _ShapeProblem(f"K/V stored as {state.dtype}, expected {want_dtype} (the model runs in {record.dtype}, cache "
+                             f"{record.plan.cache})", list(state.keys_shape), list(want_k))
     return None
 
 
@@ -204,10 +242,12 @@ def cache_bytes(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
                 f"{measured:,} bytes of K/V, the formula gives {expected:,} (× {ratio:.3g}); "
                 + _formula_text(geometry, batch, seen, record, per_value)
             )
-            return CheckResult("bytes", False, f"{measured:,} B", f"{expected:,} B", message, {"bytes_trace": trace})
+            figure = Figure(measured, expected, "B", "equal")
+            return CheckResult("bytes", False, f"{measured:,} B", f"{expected:,} B", message, {"bytes_trace": trace}, figure)
     measured, expected = trace[-1]
     message = f"{measured:,} bytes = formula at every step; " + _formula_text(geometry, batch, record.plan.prompt_length + record.steps[-1].step, record, per_value)
-    return CheckResult("bytes", True, f"{measured:,} B", f"{expected:,} B", message, {"bytes_trace": trace})
+    figure = Figure(measured, expected, "B", "equal")
+    return CheckResult("bytes", True, f"{measured:,} B", f"{expected:,} B", message, {"bytes_trace": trace}, figure)
 
 
 def _formula_text(geometry: CacheGeometry, batch: int, seen: int, record: ProbeRecord, per_value: int) -> str:
@@ -243,18 +283,20 @@ def generate(record: ProbeRecord, tolerance: Tolerance, gen: GenerateRecord | No
     steps = len(gen.cached_tokens[0]) if gen.cached_tokens else 0
     details = {"cached_tokens": gen.cached_tokens, "uncached_tokens": gen.uncached_tokens}
     if gen.first_divergence is None:
-        return CheckResult(name, True, f"{steps}/{steps} equal", f"{steps}/{steps}", f"the same {steps} greedy tokens in every row", details)
+        figure = Figure(steps, steps, "tokens", "equal")
+        return CheckResult(name, True, f"{steps}/{steps} equal", f"{steps}/{steps}", f"the same {steps} greedy tokens in every row", details, figure)
     limit = tolerance.limit(record.logit_scale)
     k = gen.first_divergence
-    rows = [r for r, (a, b) in enumerate(zip(gen.cached_tokens, gen.uncached_tokens)) if a[k] != b[k]]
+    rows = [r for r, (a, b) in enumerate(zip(gen.cached_tokens, gen.uncached_tokens, strict=False)) if a[k] != b[k]]
     message = (
         f"greedy tokens part at generated token {k} (rows {rows}): cached {[gen.cached_tokens[r][k] for r in rows]} vs "
         f"uncached {[gen.uncached_tokens[r][k] for r in rows]}; uncached top-2 logit margin there {gen.margin_at_divergence:.3g}"
     )
+    figure = Figure(k, steps, "tokens", "equal")
     near_tie = record.dtype != "float32" and gen.margin_at_divergence is not None and gen.margin_at_divergence <= limit
     if near_tie:
-        return CheckResult(name, True, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" ≤ parity limit {limit:.3g}: a near-tie", details)
-    return CheckResult(name, False, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" > parity limit {limit:.3g}", details)
+        return CheckResult(name, True, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" ≤ parity limit {limit:.3g}: a near-tie", details, figure)
+    return CheckResult(name, False, f"{k}/{steps} equal", f"{steps}/{steps}", message + f" > parity limit {limit:.3g}", details, figure)
 
 
 def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: CacheGeometry) -> CheckResult:
@@ -283,22 +325,62 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
     if any(length is not None for length in path.seq_lengths) and path.seq_lengths != expected:
         problems.append(f"get_seq_length() trace {path.seq_lengths}, expected {expected}")
     seen = expected[-1]
-    for layer, state in zip(geometry.layers, path.final_layers):
+    for layer, state in zip(geometry.layers, path.final_layers, strict=False):
         problem = _layer_shape_problem(layer, state, record.plan.batch_size, seen, record)
         if problem:
-            problems.append(f"after the last step, layer {layer.index} ({layer.reason}): {problem}")
+            problems.append(f"after the last step, layer {layer.index} ({layer.reason}): {problem.text}")
             break
     if not problems:
         message = f"{path.description}: max |Δlogit| {worst:.2e} ≤ {limit:.2e}; cache grew by one per step; shapes match"
-        return CheckResult(name, True, f"{worst:.2e}", f"{limit:.2e}", message, details)
-    return CheckResult(name, False, f"{worst:.2e}", f"{limit:.2e}", f"{path.description}: " + "; ".join(problems), details)
+        return CheckResult(name, True, f"{worst:.2e}", f"{limit:.2e}", message, details, Figure(worst, limit, "logit"))
+    text = f"{path.description}: " + "; ".join(problems)
+    return CheckResult(name, False, f"{worst:.2e}", f"{limit:.2e}", text, details, Figure(worst, limit, "logit"))
+
+
+def _padded_generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
+    gen = record.extras.get("padded_generate")
+    if gen is None:
+        return CheckResult("padded_generate", True, "not run", "", "padded_generate is not enabled for this cell")
+    return generate(record, tolerance, gen, "padded_generate")
+
+
+def _path(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> CheckResult:
+    return path_check(record, name, tolerance, geometry)
+
+
+#: Each check of the table, called with (record, geometry, config explanation, tolerance).
+_RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResult]] = {
+    "parity": lambda record, geometry, explanation, tolerance: parity(record, tolerance),
+    "growth": lambda record, geometry, explanation, tolerance: growth(record, geometry),
+    "shapes": lambda record, geometry, explanation, tolerance: shapes(record, geometry, explanation),
+    "bytes": lambda record, geometry, explanation, tolerance: cache_bytes(record, geometry),
+    "generate": lambda record, geometry, explanation, tolerance: generate(record, tolerance),
+    **{name: partial(_path, name) for name in PATH_CHECKS},
+    "beam": lambda record, geometry, explanation, tolerance: path_checks.beam(record.extras.get("beam"), tolerance, record.logit_scale),
+    "padded_generate": lambda record, geometry, explanation, tolerance: _padded_generate(record, tolerance),
+    "attn_agreement": lambda record, geometry, explanation, tolerance: path_checks.attention_agreement(
+        record.extras.get("attn_agreement"), tolerance),
+    "quantized_kv": lambda record, geometry, explanation, tolerance: path_checks.quantized_kv(record.quantized),
+}
+#: Checks that read a record the runner adds beside the probe's (``ProbeRecord.extras``).
+EXTRA_CHECKS = ("beam", "padded_generate", "attn_agreement")
+if set(_RUN) != set(CHECKS):  # the check table and its functions must name the same checks
+    raise ImportError(f"kvconform.checks binds {sorted(_RUN)}, the check table lists {sorted(CHECKS)}")
+
+
+def run_check(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> CheckResult:
+    """One check of the table on one record."""
+    return _RUN[name](record, geometry, explanation, tolerance)
 
 
 def run_all(record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> dict[str, CheckResult]:
-    """Every check on one record, keyed by check name."""
-    results = (
-        parity(record, tolerance), growth(record, geometry), shapes(record, geometry, explanation),
-        cache_bytes(record, geometry), generate(record, tolerance),
-        *(path_check(record, name, tolerance, geometry) for name, path in record.paths.items() if not path.not_applicable),
-    )
-    return {result.name: result for result in results}
+    """Every check on one record that its cell ran (the extra paths and records the probe made), keyed by check name."""
+    return {name: run_check(name, record, geometry, explanation, tolerance) for name in CHECK_ORDER if _ran(name, record)}
+
+
+def _ran(name: str, record: ProbeRecord) -> bool:
+    if name in PATH_CHECKS:
+        return name in record.paths and not record.paths[name].not_applicable
+    if name in EXTRA_CHECKS:
+        return name in record.extras
+    return name != "quantized_kv" or record.quantized is not None

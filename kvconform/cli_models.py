@@ -18,7 +18,8 @@ def _model_id(argument: str) -> str:
 
 
 def _is_hub_id(argument: str) -> bool:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id  # type: ignore[attr-defined]  # exported, not listed in __all__
 
     try:
         validate_repo_id(argument)

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import new_cache, returned_cache, seq_length
+from kvconform.cache_io import Model, new_cache, returned_cache, seq_length
 from kvconform.support import crop_support
 from kvconform.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
@@ -21,7 +21,7 @@ from kvconform.variants import PathNotApplicable, PathRecord, row_delta, summari
 CROP_TOKENS = 3
 
 
-def _fresh_cache(model: torch.nn.Module, kind: str, max_len: int) -> Any:
+def _fresh_cache(model: Model, kind: str, max_len: int) -> Any:
     """The cache ``generate()`` would build for ``kind`` (a ``DynamicCache`` of the text config for dynamic)."""
     reason = crop_support(type(model))
     if reason is not None:
@@ -35,7 +35,7 @@ def _fresh_cache(model: torch.nn.Module, kind: str, max_len: int) -> Any:
 
 
 @torch.inference_mode()
-def run_crop(model: torch.nn.Module, plan: Any, keyword: str, reference: torch.Tensor, sequence: torch.Tensor) -> PathRecord:
+def run_crop(model: Model, plan: Any, keyword: str, reference: torch.Tensor, sequence: torch.Tensor) -> PathRecord:
     """Prefill P+k tokens, ``crop(-k)``, decode tokens P… again; ``reference`` is the uncached [B, P+N, V]."""
     prompt_length, total = plan.prompt_length, sequence.shape[1]
     k = min(CROP_TOKENS, total - prompt_length)

@@ -10,9 +10,9 @@ Results are keyed by ``(cell_id, check)``. The new run *regressed* when
 - a result that passed in the base is missing from the new report, or the new report says it is
   incomplete (an interrupted run). ``allow_missing`` makes both informational (a shard, a ``-k`` subset).
 
-Everything else is informational. Changes between "not run" states (absent in one report, skipped in
-the other, e.g. the cuda cells of a newly listed model type) and results that appeared passing (model
-types new to the release) are folded into one counted line each, so a regression stays visible on one screen.
+Everything else is informational. Results that appeared passing (model types new to the release) are
+folded into one counted line, so a regression stays visible on one screen. Checks that never ran (e.g.
+cuda cells without CUDA) are no results: a report only counts them by reason in ``not_run``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ CATEGORIES = {
 }
 #: Folded categories: counted on one line each, not listed.
 FOLDED = {
-    "not_run_either": "results ran in neither report (absent in one, skipped in the other)",
     "appeared_passing": "results appeared and pass",
     "parity_noise": "parity delta moves stayed within {margin:g} of their limit (noise)",
 }
@@ -60,11 +59,12 @@ def index_results(doc: Doc) -> dict[Key, dict[str, Any]]:
 
 
 def parity_peak(result: dict[str, Any] | None) -> float | None:
-    """Largest per-step parity Δ of a result (NaN counts as infinite), or ``None`` without data."""
+    """Largest per-step parity Δ of a result (a non-finite step, ``null`` in the report, counts as infinite),
+    or ``None`` without data."""
     steps = (result or {}).get("details", {}).get("step_max_abs_delta")
     if not steps:
         return None
-    return max(math.inf if math.isnan(v) else float(v) for v in steps)
+    return max(math.inf if v is None or math.isnan(v) else float(v) for v in steps)
 
 
 def _entry(key: Key, base: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
@@ -110,8 +110,6 @@ def _margin_category(entry: dict[str, Any], factor: float, margin: float) -> str
 def _presence_category(base: dict[str, Any] | None, new: dict[str, Any] | None) -> str:
     """The category of a result present in only one report."""
     outcome = (new or base or {}).get("outcome")
-    if outcome == "skip":
-        return "not_run_either"
     if base is None:
         return "appeared_passing" if outcome == "pass" else "appeared"
     return "lost" if outcome in _PASSED else "disappeared"
@@ -202,16 +200,13 @@ def diff_rows(diff: dict[str, Any]) -> list[list[str]]:
 
 
 def folded_lines(diff: dict[str, Any]) -> list[str]:
-    """One counted line per folded category with entries, naming its commonest reasons (or models)."""
+    """One counted line per folded category with entries, naming its commonest models."""
     lines = []
     for name, title in FOLDED.items():
         entries = diff[name]
         if not entries:
             continue
-        if name == "not_run_either":
-            labels = Counter(_first_line(e["message"], 70) or "(no reason)" for e in entries)
-        else:
-            labels = Counter(e["cell_id"].partition("[")[0] for e in entries)
+        labels = Counter(e["cell_id"].partition("[")[0] for e in entries)
         common = labels.most_common(3)
         detail = "; ".join(f"{label}: {count}" for label, count in common) + ("; …" if len(labels) > 3 else "")
         lines.append(f"{len(entries)} {title.format(margin=diff['margin'])} — {detail}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import subprocess
 from datetime import datetime, timezone
@@ -40,6 +41,14 @@ def device_names() -> list[str]:
     return names
 
 
+def relative_path(path: Path, root: Path) -> str:
+    """``path`` relative to ``root`` in POSIX form (``../`` steps when it lies outside), so reports name no machine."""
+    try:
+        return Path(os.path.relpath(path.resolve(), root.resolve())).as_posix()
+    except ValueError:  # another drive on Windows
+        return path.as_posix()
+
+
 def describe_environment(root: Path, matrix_path: Path | None) -> dict[str, Any]:
     """Versions and provenance; only allow-listed facts, never environment variables or tokens."""
     import kvconform
@@ -56,7 +65,7 @@ def describe_environment(root: Path, matrix_path: Path | None) -> dict[str, Any]
         "platform": platform.platform(terse=True),
         "devices": device_names(),
         "git_commit": _git_commit(root),
-        "matrix_path": str(matrix_path) if matrix_path is not None else None,
+        "matrix_path": relative_path(matrix_path, root) if matrix_path is not None else None,
         "matrix_sha256": matrix_hash,
         "date": datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
     }

@@ -157,7 +157,7 @@ def _factor(ratio: Fraction) -> str:
 
 def _ranges(indices: list[int]) -> str:
     """``[0, 1, 2, 5]`` -> ``0-2,5``; an evenly spaced ``[1, 3, 5, 7]`` -> ``1-7 step 2``."""
-    steps = {b - a for a, b in zip(indices, indices[1:])}
+    steps = {b - a for a, b in zip(indices, indices[1:], strict=False)}
     if len(indices) > 2 and len(steps) == 1 and steps != {1}:
         return f"{indices[0]}-{indices[-1]} step {steps.pop()}"
     runs = [[i for _, i in run] for _, run in groupby(enumerate(indices), lambda pair: pair[1] - pair[0])]
@@ -173,10 +173,10 @@ def layer_groups(kv: KvBytes) -> list[dict[str, Any]]:
     for (kind, heads, k_dim, v_dim, window), layers in groups.items():
         first = layers[0]
         rows.append({
-            "layers": _ranges([l.index for l in layers]), "count": len(layers), "kind": kind, "kv_heads": heads,
+            "layers": _ranges([layer.index for layer in layers]), "count": len(layers), "kind": kind, "kv_heads": heads,
             "k_head_dim": k_dim, "v_head_dim": v_dim, "window": window, "tokens_kept": kv.kept(first),
             "bytes_per_token_per_layer": kv.layer_per_token(first),
-            "bytes_per_batch": sum((kv.layer_bytes(l) for l in layers), Fraction(0)),
+            "bytes_per_batch": sum((kv.layer_bytes(layer) for layer in layers), Fraction(0)),
         })
     return rows
 

@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
+from kvconform.cache_io import Model
 from kvconform.quantized import QuantizedKVRecord
-
 
 #: float8_e4m3fn's largest finite value: a frozen scale maps |x| > 448 × scale to ±448 × scale (saturation).
 FP8_MAX = 448.0
@@ -40,7 +40,8 @@ class Fp8DesignLayer(DynamicLayer):
 
     scales: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         keys, values = super().update(key_states, value_states, *args, **kwargs)
         if self.scales is None:
             self.scales = (_calibrate(key_states), _calibrate(value_states))
@@ -48,7 +49,7 @@ class Fp8DesignLayer(DynamicLayer):
         return fp8_round_trip(keys, self.scales[0]), fp8_round_trip(values, self.scales[1])
 
 
-def design_cache(model: torch.nn.Module) -> Any:
+def design_cache(model: Model) -> Any:
     """A cache of ``Fp8DesignLayer`` for every layer ``QuantizedCache`` would quantize."""
 
     layers = model.config.get_text_config(decoder=True).num_hidden_layers
@@ -65,7 +66,7 @@ def compare_with_design(cache: Any, design: Any) -> QuantizedKVRecord:
     worst = (0.0, 0, 0, "keys")
     scale_problem, saturated, total, ratio, tokens = None, 0, 0, 0.0, 0
     first: tuple[int, int, str] | None = None  # the earliest layer, then position, off the design
-    for index, (layer, reference) in enumerate(zip(cache.layers, design.layers)):
+    for index, (layer, reference) in enumerate(zip(cache.layers, design.layers, strict=False)):
         if getattr(layer, "_quantized_keys", None) is None or reference.scales is None:
             continue
         pairs = (("keys", layer._quantized_keys, reference.keys, reference.scales[0]),

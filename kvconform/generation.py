@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import QUANTIZED_BACKEND, input_device, make_prompt
+from kvconform.cache_io import QUANTIZED_BACKEND, Model, input_device, make_prompt
 from kvconform.probe import GenerateRecord, run_generate
 
 #: Beams in the beam-search check: enough that reordering moves rows between beams.
@@ -42,13 +42,13 @@ def left_padded(prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.where(mask.bool(), prompt, torch.zeros_like(prompt)), mask
 
 
-def _prompt(model: torch.nn.Module, plan: Any) -> torch.Tensor:
+def _prompt(model: Model, plan: Any) -> torch.Tensor:
     vocab = model.config.get_text_config(decoder=True).vocab_size
     return make_prompt(plan.batch_size, plan.prompt_length, plan.seed, vocab, input_device(model))
 
 
 @torch.inference_mode()
-def run_padded_generate(model: torch.nn.Module, plan: Any) -> GenerateRecord:
+def run_padded_generate(model: Model, plan: Any) -> GenerateRecord:
     """Greedy ``generate()`` on a left-padded batch, with and without the cell's cache."""
     padded, mask = left_padded(_prompt(model, plan))
     return run_generate(model, padded, plan.decode_steps, plan.cache, attention_mask=mask)
@@ -71,11 +71,11 @@ class BeamRecord:
 
     @property
     def max_score_delta(self) -> float:
-        return max((abs(a - b) for a, b in zip(self.cached_scores, self.uncached_scores)), default=0.0)
+        return max((abs(a - b) for a, b in zip(self.cached_scores, self.uncached_scores, strict=False)), default=0.0)
 
 
 @torch.inference_mode()
-def run_beam(model: torch.nn.Module, plan: Any) -> BeamRecord:
+def run_beam(model: Model, plan: Any) -> BeamRecord:
     """Beam search over the probe's prompt, with and without the cell's cache."""
     from transformers import GenerationConfig
 

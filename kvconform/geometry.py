@@ -83,7 +83,7 @@ class CacheGeometry:
         return tuple(layer for layer in self.layers if layer.keeps_kv)
 
     def expected_bytes(self, batch: int, seen: int, max_cache_len: int | None, bytes_per_value: float) -> int:
-        return sum(l.expected_bytes(batch, seen, max_cache_len, bytes_per_value) for l in self.layers)
+        return sum(layer.expected_bytes(batch, seen, max_cache_len, bytes_per_value) for layer in self.layers)
 
 
 def _get(config: Any, *names: str) -> Any:
@@ -128,11 +128,25 @@ def head_dims(config: Any, sliding: bool = False) -> tuple[int, int, str]:
     return hidden // heads, hidden // heads, "hidden_size / num_attention_heads"
 
 
-def _layer_kind(config: Any, layer_config: Any, index: int) -> tuple[str, str, int | None]:
+def _layer_types(config: Any) -> list[str] | None:
+    """``layer_types``, or the older ``layers_block_type`` (recurrent_gemma before transformers 5.24), whose
+    'attention' blocks attend within ``attention_window_size`` when the config sets one."""
     layer_types = getattr(config, "layer_types", None)
+    blocks = getattr(config, "layers_block_type", None)
+    if layer_types is not None or not isinstance(blocks, list):
+        return layer_types
+    windowed = getattr(config, "attention_window_size", None) is not None
+    return ["sliding_attention" if windowed and name == "attention" else name for name in blocks]
+
+
+def _layer_kind(config: Any, layer_config: Any, index: int) -> tuple[str, str, int | None]:
+    layer_types = _layer_types(config)
     sharing = getattr(config, "kv_sharing_modes", None)
     if sharing is not None and sharing[index] == "reuse":
         return NO_KV, f"kv_sharing_modes[{index}]='reuse' (reads another layer's K/V)", None
+    shared = int(getattr(config, "num_kv_shared_layers", 0) or 0)
+    if sharing is None and shared and index >= int(config.num_hidden_layers) - shared:
+        return NO_KV, f"one of the last num_kv_shared_layers={shared} layers (reads an earlier layer's K/V)", None
     if index in (getattr(config, "cross_attention_layers", None) or ()):
         return NO_KV, f"cross_attention_layers lists {index} (attends to encoder states, keeps no token K/V)", None
     if layer_types is None and _get(layer_config, "num_attention_heads") is None:

@@ -7,12 +7,19 @@ an XPASS that fails the run until the entry is removed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from importlib import metadata
+from typing import Any
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
 
 #: What an entry claims. Only ``model bug`` blames the model's code; it needs a repro (tools/repro.py).
 KINDS = ("model bug", "model limitation", "not testable")
 FIELDS = ("reason", "kind", "expect")
+#: Optional field: a PEP 440 specifier of the transformers releases the entry applies to (e.g. "<5.24").
+RELEASES = "transformers"
 
 
 @dataclass(frozen=True)
@@ -38,22 +45,46 @@ class ExpectedFailure(Exception):
     """Raised by a check whose failure is the one its known-failure entry expects (pytest counts it as xfail)."""
 
 
-def parse_known_failure(raw: Any, where: str) -> KnownFailure:
-    """A mapping with ``reason``, ``kind`` and ``expect``; ``where`` names the entry in errors."""
+def installed_transformers() -> str:
+    """The installed transformers version (without importing it)."""
+    return metadata.version("transformers")
+
+
+def parse_known_failure(raw: Any, where: str, release: str | None = None) -> KnownFailure | None:
+    """The entry that applies to transformers ``release`` (default: the installed one), or ``None``.
+
+    ``raw`` is a mapping with ``reason``, ``kind``, ``expect`` and optionally ``transformers`` (the
+    releases it applies to), or a list of such mappings, of which the first that applies counts.
+    ``where`` names the entry in errors; every alternative is validated, applicable or not.
+    """
+    alternatives = raw if isinstance(raw, list) else [raw]
+    parsed = [_parse_one(entry, f"{where}[{n}]" if isinstance(raw, list) else where) for n, entry in enumerate(alternatives)]
+    version = Version(release or installed_transformers())
+    return next((entry for entry, releases in parsed if releases is None or version in releases), None)
+
+
+def _parse_one(raw: Any, where: str) -> tuple[KnownFailure, SpecifierSet | None]:
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where}: must be a mapping with {', '.join(FIELDS)}, got {type(raw).__name__}")
+    releases = None
+    if RELEASES in raw:
+        try:
+            releases = SpecifierSet(str(raw[RELEASES]))
+        except InvalidSpecifier:
+            raise ValueError(f"{where}.{RELEASES}: {raw[RELEASES]!r} is not a version specifier such as '<5.24'") from None
+        raw = {key: value for key, value in raw.items() if key != RELEASES}
     unknown = sorted(set(raw) - set(FIELDS))
     missing = [name for name in FIELDS if name not in raw]
     if unknown or missing:
         raise ValueError(f"{where}: " + "; ".join(
             ([f"unknown field(s) {', '.join(unknown)}"] if unknown else []) + ([f"missing {', '.join(missing)}"] if missing else [])
-        ) + f" (an entry has {', '.join(FIELDS)})")
+        ) + f" (an entry has {', '.join(FIELDS)}, and may name the {RELEASES} releases it applies to)")
     for name in FIELDS:
         if not isinstance(raw[name], str) or not raw[name].strip():
             raise ValueError(f"{where}.{name}: must be a non-empty string")
     if raw["kind"] not in KINDS:
         raise ValueError(f"{where}.kind: {raw['kind']!r} is not one of {', '.join(KINDS)}")
-    return KnownFailure(reason=raw["reason"], kind=raw["kind"], expect=raw["expect"])
+    return KnownFailure(reason=raw["reason"], kind=raw["kind"], expect=raw["expect"]), releases
 
 
 def known_failure(entries: Mapping[str, KnownFailure], check: str, *tags: str) -> KnownFailure | None:

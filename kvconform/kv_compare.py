@@ -35,24 +35,28 @@ class Divergence:
 LayerPair = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
 
 
-def locate_divergence(pairs: list[LayerPair], valid_length: int) -> Divergence | None:
-    """First divergence over layers (in order), or ``None`` when every stored K/V agrees."""
+def locate_divergence(pairs: list[LayerPair], valid_length: int, preallocated: bool = False) -> Divergence | None:
+    """First divergence over layers (in order), or ``None`` when every stored K/V agrees.
+
+    ``valid_length`` tokens were seen; a ``preallocated`` (static) cache is compared over its first
+    ``valid_length`` slots, any other over everything it stores, so extra columns show.
+    """
+    stored = valid_length if preallocated else None
     for layer, pair in enumerate(pairs):
         if pair is None:
             continue
         keys, values, ref_keys, ref_values = pair
-        found = _compare_tensor(layer, "keys", keys, ref_keys, valid_length, other=(values, ref_values))
+        found = _compare_tensor(layer, "keys", keys, ref_keys, valid_length, stored, other=(values, ref_values))
         if found is None:
-            found = _compare_tensor(layer, "values", values, ref_values, valid_length)
+            found = _compare_tensor(layer, "values", values, ref_values, valid_length, stored)
         if found is not None:
             return found
     return None
 
 
-def _columns(tensor: torch.Tensor, valid_length: int) -> torch.Tensor:
-    """[B, H, S, D] -> the stored columns that hold real tokens, as float32."""
-    stored = tensor.shape[-2]
-    return tensor[..., : min(stored, valid_length), :].float()
+def _columns(tensor: torch.Tensor, limit: int | None) -> torch.Tensor:
+    """[B, H, S, D] -> its first ``limit`` stored columns (all when ``None``), as float32."""
+    return (tensor if limit is None else tensor[..., :limit, :]).float()
 
 
 def _limit(reference: torch.Tensor, dtype: torch.dtype) -> float:
@@ -64,16 +68,17 @@ def _bad_positions(got: torch.Tensor, want: torch.Tensor, limit: float) -> torch
 
 
 def _compare_tensor(
-    layer: int, name: str, decoded: torch.Tensor, reference: torch.Tensor, valid_length: int,
+    layer: int, name: str, decoded: torch.Tensor, reference: torch.Tensor, valid_length: int, compared: int | None,
     other: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> Divergence | None:
-    got, want = _columns(decoded, valid_length), _columns(reference, valid_length)
+    got, want = _columns(decoded, compared), _columns(reference, compared)
     if got.shape[:2] != want.shape[:2] or got.shape[-1] != want.shape[-1]:
         return Divergence(layer, None, name, "shape differs", f"decoded {tuple(got.shape)} vs fresh pass {tuple(want.shape)}")
     if got.shape[-2] != want.shape[-2]:
         kind = "missing column(s)" if got.shape[-2] < want.shape[-2] else "extra column(s)"
         return Divergence(
-            layer, None, name, kind, f"decoded cache stores {got.shape[-2]} positions, a fresh pass stores {want.shape[-2]}"
+            layer, None, name, kind,
+            f"decoded cache stores {got.shape[-2]} positions where the layer must keep {want.shape[-2]} (of a fresh pass)",
         )
     limit = _limit(want, decoded.dtype)
     bad = _bad_positions(got, want, limit)
@@ -83,7 +88,7 @@ def _compare_tensor(
     stored = got.shape[-2]
     kind = _classify(got, want, index, limit)
     if other is not None and kind.startswith("values differ"):
-        other_got, other_want = _columns(other[0], valid_length), _columns(other[1], valid_length)
+        other_got, other_want = _columns(other[0], compared), _columns(other[1], compared)
         if other_got.shape == other_want.shape and index not in _bad_positions(other_got, other_want, _limit(other_want, other[0].dtype)):
             kind = "keys differ while values agree: the token was encoded at the wrong (rotary) position"
     delta = float((got[..., index, :] - want[..., index, :]).abs().max())

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 
 import torch
 
+from kvconform.cache_io import Model
 from kvconform.checkpoint_files import check_safetensors_files, read_config
 from kvconform.matrix import ModelSpec
 
@@ -40,7 +42,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_DIR_ENV, default))
 
 
-def load_master(spec: ModelSpec) -> torch.nn.Module:
+def load_master(spec: ModelSpec) -> Model:
     """The model in float32, eval mode; other dtypes come from ``model_in_dtype``."""
     loaders = {"synthetic": _build_synthetic, "checkpoint": _load_folder, "gguf": _load_gguf, "hub": _load_hub}
     try:
@@ -53,10 +55,10 @@ def load_master(spec: ModelSpec) -> torch.nn.Module:
 
 
 #: How to load each master's weights again in another dtype (keyed weakly by the float32 master).
-_RELOADERS: weakref.WeakKeyDictionary[torch.nn.Module, Callable[[torch.dtype], torch.nn.Module]] = weakref.WeakKeyDictionary()
+_RELOADERS: weakref.WeakKeyDictionary[Model, Callable[[torch.dtype], Model]] = weakref.WeakKeyDictionary()
 
 
-def model_in_dtype(master: torch.nn.Module, dtype: str, device: str) -> torch.nn.Module:
+def model_in_dtype(master: Model, dtype: str, device: str) -> Model:
     """``master``'s weights in ``dtype`` on ``device``, made the way users make them.
 
     float32 is the master itself (a copy off the CPU). Other dtypes come from
@@ -69,7 +71,7 @@ def model_in_dtype(master: torch.nn.Module, dtype: str, device: str) -> torch.nn
     return reload(getattr(torch, dtype)).eval().to(device)
 
 
-def _reload_from_saved(master: torch.nn.Module) -> Callable[[torch.dtype], torch.nn.Module]:
+def _reload_from_saved(master: Model) -> Callable[[torch.dtype], Model]:
     """Save a built (random-weight) master once and load it back per dtype."""
     root = cache_dir() / "built"
     root.mkdir(parents=True, exist_ok=True)
@@ -77,7 +79,7 @@ def _reload_from_saved(master: torch.nn.Module) -> Callable[[torch.dtype], torch
     master.save_pretrained(folder, safe_serialization=True)
     weakref.finalize(master, shutil.rmtree, folder, True)
 
-    def reload(dtype: torch.dtype) -> torch.nn.Module:
+    def reload(dtype: torch.dtype) -> Model:
         model, info = type(master).from_pretrained(folder, dtype=dtype, output_loading_info=True)
         missing = info.get("missing_keys") or []
         if missing:
@@ -88,7 +90,7 @@ def _reload_from_saved(master: torch.nn.Module) -> Callable[[torch.dtype], torch
     return reload
 
 
-def _build_synthetic(spec: ModelSpec) -> torch.nn.Module:
+def _build_synthetic(spec: ModelSpec) -> Model:
     from kvconform.synthetic import build_synthetic, shrink_config
 
     return build_synthetic(shrink_config(spec.location, spec.config), seed=spec.settings.seed)
@@ -121,7 +123,7 @@ def check_weight_safety(files: list[str], spec: ModelSpec, where: str) -> None:
         )
 
 
-def _load_folder(spec: ModelSpec) -> torch.nn.Module:
+def _load_folder(spec: ModelSpec) -> Model:
     folder = Path(spec.location).expanduser()
     if not folder.is_dir():
         raise ModelUnavailable(f"{spec.id}: checkpoint folder {folder} does not exist (fix the path in the matrix or --model)")
@@ -135,7 +137,7 @@ def _load_folder(spec: ModelSpec) -> torch.nn.Module:
     return _with_reloader(folder, options, spec)
 
 
-def _with_reloader(where: str | Path, options: dict[str, Any], spec: ModelSpec) -> torch.nn.Module:
+def _with_reloader(where: str | Path, options: dict[str, Any], spec: ModelSpec) -> Model:
     """Load ``where`` in float32 and remember how to load it again in another dtype (one device, no offloading)."""
     from transformers import AutoModelForCausalLM
 
@@ -167,7 +169,7 @@ def _offload_folder(spec: ModelSpec) -> str:
     return folder
 
 
-def _release_offload_folders(model: torch.nn.Module | None) -> None:
+def _release_offload_folders(model: Model | None) -> None:
     """Remove the offload folders when ``model`` is garbage-collected (or at exit); at once if the load failed."""
     while _PENDING_OFFLOAD:
         folder = _PENDING_OFFLOAD.pop()
@@ -200,7 +202,7 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _load_gguf(spec: ModelSpec) -> torch.nn.Module:
+def _load_gguf(spec: ModelSpec) -> Model:
     """Dequantize once into a dense float32 safetensors folder keyed by the file's sha256, then load it."""
     path = resolve_gguf(spec.location, spec.id)
     prepared = cache_dir() / "gguf" / file_digest(path)
@@ -228,9 +230,15 @@ def _dequantize_gguf(path: Path, target: Path) -> None:
     missing, unexpected = dense.load_state_dict(quantized.state_dict(), strict=False)
     if missing or unexpected:
         raise RuntimeError(f"GGUF {path.name}: state dict mismatch (missing {missing[:3]}, unexpected {unexpected[:3]})")
-    staging = target.with_name(target.name + f".tmp{os.getpid()}")
+    staging = target.with_name(target.name + f".tmp{os.getpid()}-{threading.get_ident()}")
     dense.save_pretrained(staging, safe_serialization=True)
-    if target.exists() and not _is_prepared(target):  # an unfinished earlier run
+    publish_prepared(staging, target)
+
+
+def publish_prepared(staging: Path, target: Path) -> None:
+    """Move a finished ``staging`` folder to ``target`` atomically; when another worker got there first,
+    keep its folder and drop ours. An unfinished folder left by an interrupted run is replaced."""
+    if target.exists() and not _is_prepared(target):
         shutil.rmtree(target, ignore_errors=True)
     try:
         staging.rename(target)
@@ -240,8 +248,8 @@ def _dequantize_gguf(path: Path, target: Path) -> None:
             raise
 
 
-def _load_hub(spec: ModelSpec) -> torch.nn.Module:
-    from transformers.utils import cached_file
+def _load_hub(spec: ModelSpec) -> Model:
+    from transformers.utils.hub import cached_file
 
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
     try:
@@ -250,6 +258,8 @@ def _load_hub(spec: ModelSpec) -> torch.nn.Module:
         how = f"hf download {spec.location}" + (f" --revision {spec.revision}" if spec.revision else "")
         mode = "offline (HF_HUB_OFFLINE=1) and not in the local cache" if offline else f"not reachable ({type(exc).__name__})"
         raise ModelUnavailable(f"{spec.id}: hub id {spec.location!r} is {mode}; fetch it on a connected machine with `{how}`") from None
+    if config_path is None:
+        raise ModelUnavailable(f"{spec.id}: hub id {spec.location!r} has no config.json")
     check_config_safety(read_config(Path(config_path).parent), spec, f"hub {spec.location} config.json")
     options = {
         "revision": spec.revision, "local_files_only": offline, "trust_remote_code": spec.trust_remote_code,

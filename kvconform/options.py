@@ -7,6 +7,7 @@ the plugin turns it into a pytest usage error (exit 4) before any model is built
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from kvconform.matrix import ATTENTIONS, CACHES, DEVICES, DTYPES, MatrixError, ModelSpec, unknown_message
 
@@ -36,7 +37,8 @@ def narrow(spec: ModelSpec, option: str, values: tuple[str, ...]) -> ModelSpec:
             raise MatrixError(
                 f"--dtype {missing[0]}: model {spec.id!r} has no parity tolerance for {missing[0]} "
                 "(add it under 'tolerances' in the matrix file)")
-    return replace(spec, settings=replace(spec.settings, **{field: values}))
+    narrowed: dict[str, Any] = {field: values}
+    return replace(spec, settings=replace(spec.settings, **narrowed))
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -6,7 +6,7 @@ from kvconform.attention import AgreementRecord
 from kvconform.generation import BeamRecord
 from kvconform.matrix import Tolerance
 from kvconform.quantized import QuantizedKVRecord
-from kvconform.results import CheckResult
+from kvconform.results import CheckResult, Figure
 
 #: A beam score is the mean log-probability of its tokens; a log-softmax moves by at most twice the
 #: largest logit change, so cached and uncached scores may differ by twice the parity limit.
@@ -26,7 +26,7 @@ def beam(record: BeamRecord | None, tolerance: Tolerance, logit_scale: float) ->
     what = f"num_beams={record.num_beams}, {len(record.cached_tokens)} returned beams"
     if record.first_divergence is not None:
         k = record.first_divergence
-        rows = [r for r, (a, b) in enumerate(zip(record.cached_tokens, record.uncached_tokens)) if a[k] != b[k]]
+        rows = [r for r, (a, b) in enumerate(zip(record.cached_tokens, record.uncached_tokens, strict=False)) if a[k] != b[k]]
         message = (
             f"{what}: cached beams leave the uncached beams at generated token {k} (returned beams {rows}: cached "
             f"{[record.cached_tokens[r][k] for r in rows]} vs uncached {[record.uncached_tokens[r][k] for r in rows]}); "
@@ -37,17 +37,19 @@ def beam(record: BeamRecord | None, tolerance: Tolerance, logit_scale: float) ->
     if delta > limit:
         message = (f"{what}: same tokens, but beam scores differ by {delta:.3g} > {limit:.3g} (2 × parity limit): cached "
                    f"{_scores(record.cached_scores)} vs uncached {_scores(record.uncached_scores)}")
-        return CheckResult("beam", False, f"{delta:.2e}", f"{limit:.2e}", message, details)
+        return CheckResult("beam", False, f"{delta:.2e}", f"{limit:.2e}", message, details, Figure(delta, limit, "score"))
     message = f"{what}: the same beams, scores within {delta:.2e} ≤ {limit:.2e}"
-    return CheckResult("beam", True, f"{delta:.2e}", f"{limit:.2e}", message, details)
+    return CheckResult("beam", True, f"{delta:.2e}", f"{limit:.2e}", message, details, Figure(delta, limit, "score"))
 
 
 def _scores(scores: list[float]) -> str:
     return "[" + ", ".join(f"{s:.4f}" for s in scores) + "]"
 
 
-def attention_agreement(record: AgreementRecord, tolerance: Tolerance) -> CheckResult:
+def attention_agreement(record: AgreementRecord | None, tolerance: Tolerance) -> CheckResult:
     """Two attention implementations' uncached logits agree within the float32 parity limit."""
+    if record is None:
+        return CheckResult("attn_agreement", True, "not run", "", "attn_agreement runs on cells of another attention only")
     limit = tolerance.limit(record.logit_scale)
     worst = record.position_max_abs_delta[record.worst_position]
     first, second = record.implementations
@@ -55,13 +57,13 @@ def attention_agreement(record: AgreementRecord, tolerance: Tolerance) -> CheckR
     over = [p for p, d in enumerate(record.position_max_abs_delta) if d > limit]
     if not over:
         message = f"uncached logits under {first} and {second} agree: max |Δ| {worst:.2e} ≤ {limit:.2e} over {len(record.position_max_abs_delta)} positions"
-        return CheckResult("attn_agreement", True, f"{worst:.2e}", f"{limit:.2e}", message, details)
+        return CheckResult("attn_agreement", True, f"{worst:.2e}", f"{limit:.2e}", message, details, Figure(worst, limit, "logit"))
     message = (
         f"uncached logits under {first} and {second} differ from position {over[0]} on (positions over the limit: {over}); "
         f"worst |Δ| {worst:.3g} at position {record.worst_position}, batch row {record.worst_row} > limit {limit:.3g} "
         f"(float32: {tolerance.atol:g} + {tolerance.rtol:g} × max|logit| {record.logit_scale:.3g})"
     )
-    return CheckResult("attn_agreement", False, f"{worst:.2e}", f"{limit:.2e}", message, details)
+    return CheckResult("attn_agreement", False, f"{worst:.2e}", f"{limit:.2e}", message, details, Figure(worst, limit, "logit"))
 
 
 def quantized_kv(record: QuantizedKVRecord | None) -> CheckResult:
@@ -77,7 +79,9 @@ def quantized_kv(record: QuantizedKVRecord | None) -> CheckResult:
     if record.worst_excess <= 1.0:
         message = (f"every layer stores the float8_e4m3fn round trip of the design's {record.tokens} tokens with scales frozen at "
                    f"the first update's amax / 448 (worst {record.worst_excess:.2f} of one rounding step); {saturation}")
-        return CheckResult("quantized_kv", True, f"{record.worst_excess:.2f} step", "1 step", message, details)
+        return CheckResult("quantized_kv", True, f"{record.worst_excess:.2f} step", "1 step", message, details,
+                           Figure(record.worst_excess, 1.0, "fp8 step"))
     message = (f"layer {record.first_layer}, position {record.first_position} ({record.first_tensor}): the dequantized cache "
                f"differs from the fp8 design (worst {record.worst_excess:.3g} rounding steps); {saturation}")
-    return CheckResult("quantized_kv", False, f"{record.worst_excess:.3g} step", "1 step", message, details)
+    return CheckResult("quantized_kv", False, f"{record.worst_excess:.3g} step", "1 step", message, details,
+                       Figure(record.worst_excess, 1.0, "fp8 step"))

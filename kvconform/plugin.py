@@ -17,10 +17,19 @@ import pytest
 from kvconform.cells import Cell, check_applies, expand_cells, shard, untestable
 from kvconform.known_failures import ExpectedFailure, known_failure
 from kvconform.matrix import Matrix, MatrixError, load_matrix
-from kvconform.results import SCHEMA_VERSION
+from kvconform.report.document import count_not_run, finite_or_null
+from kvconform.results import SCHEMA_VERSION, Outcome, ResultRow
 
 RESULT_KEY = "kvconform_result"
 TIMING_KEY = "kvconform_cell"
+#: ``{"model_type": ...}`` of the model a worker loaded for the cell.
+MODEL_KEY = "kvconform_model"
+#: Set by ``pytest_handlecrashitem`` on the report of a test whose xdist worker died.
+CRASHED_KEY = "kvconform_crashed"
+#: The kind of a known failure (e.g. "model bug"), attached to the test at collection.
+XFAIL_KIND_KEY = "kvconform_xfail_kind"
+#: How pytest's failure text of a strict xfail that passed begins.
+STRICT_XPASS = "[XPASS(strict)]"
 STATE = pytest.StashKey["KvconformState"]()
 
 
@@ -34,8 +43,9 @@ class KvconformState:
 
         self.cells = expand_cells(matrix, model_attention)
         self.cells_by_id = {cell.id: cell for cell in self.cells}
-        self.results: dict[str, dict[str, Any]] = {}
+        self.results: dict[str, ResultRow] = {}
         self.cell_timings: dict[str, dict[str, Any]] = {}
+        self.model_types: dict[str, str] = {}
         self.runner: Any = None
         self.written: list[Path] = []
         #: ``(cell_id, check)`` of every collected conformance test (``None`` until collection finished).
@@ -56,42 +66,51 @@ class KvconformState:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Every option also has a ``--kvconform-`` spelling, which cannot clash with another plugin's options.
+
+    Values are validated right after parsing (``options.check_choices``), in one line with close matches,
+    rather than by argparse ``choices``, whose error prints the usage and no close matches."""
     group = parser.getgroup("kvconform", "KV-cache conformance")
-    group.addoption("--matrix", default=None, help="Model matrix YAML (default: model_matrix.yaml at the rootdir)")
+    group.addoption("--matrix", "--kvconform-matrix", default=None, help="Model matrix YAML (default: model_matrix.yaml at the rootdir)")
     group.addoption(
-        "--model", action="append", default=[], dest="kvconform_models",
+        "--model", "--kvconform-model", action="append", default=[], dest="kvconform_models",
         help="Run only this checkpoint (local folder, .gguf file or hub id) with the matrix defaults; repeatable",
     )
-    group.addoption("--revision", default=None, help="Pinned hub revision for --model hub ids")
-    group.addoption("--dtype", action="append", default=[], dest="kvconform_dtypes", help="Only these dtypes; repeatable")
-    group.addoption("--device", action="append", default=[], dest="kvconform_devices", help="Only these devices; repeatable")
-    group.addoption("--cache", action="append", default=[], dest="kvconform_caches", help="Only these cache implementations; repeatable")
-    group.addoption("--attn", action="append", default=[], dest="kvconform_attentions", help="Only these attention implementations (sdpa, eager); repeatable")
-    group.addoption("--trust-remote-code", action="store_true", help="Allow --model checkpoints to run their own code")
-    group.addoption("--allow-pickle", action="store_true", help="Allow --model checkpoints with pickle weights")
+    group.addoption("--revision", "--kvconform-revision", default=None, help="Pinned hub revision for --model hub ids")
+    group.addoption("--dtype", "--kvconform-dtype", action="append", default=[], dest="kvconform_dtypes", help="Only these dtypes; repeatable")
+    group.addoption("--device", "--kvconform-device", action="append", default=[], dest="kvconform_devices", help="Only these devices; repeatable")
+    group.addoption("--cache", "--kvconform-cache", action="append", default=[], dest="kvconform_caches", help="Only these cache implementations; repeatable")
+    group.addoption("--attn", "--kvconform-attn", action="append", default=[], dest="kvconform_attentions",
+                    help="Only these attention implementations (sdpa, eager); repeatable")
+    group.addoption("--trust-remote-code", "--kvconform-trust-remote-code", action="store_true", help="Allow --model checkpoints to run their own code")
+    group.addoption("--allow-pickle", "--kvconform-allow-pickle", action="store_true", help="Allow --model checkpoints with pickle weights")
     group.addoption(
-        "--require-models", action="store_true",
+        "--require-models", "--kvconform-require-models", action="store_true",
         help="Fail (instead of skip) the cells of a model that is not on this machine, e.g. a hub id missing offline",
     )
-    group.addoption("--shard", default=None, help="Run shard I/N of the models (e.g. 2/4), split deterministically by model")
-    group.addoption("--list-models", action="store_true", help="Print the resolved matrix and the excluded architectures, then exit")
-    group.addoption("--report-dir", default=None, help="Where conformance reports go (default: reports/ at the rootdir)")
-    group.addoption("--no-reports", action="store_true", help="Do not write conformance reports")
+    group.addoption("--shard", "--kvconform-shard", default=None, help="Run shard I/N of the models (e.g. 2/4), split deterministically by model")
+    group.addoption("--list-models", "--kvconform-list-models", action="store_true", help="Print the resolved matrix and the excluded architectures, then exit")
+    group.addoption("--report-dir", "--kvconform-report-dir", default=None, help="Where conformance reports go (default: reports/ at the rootdir)")
+    group.addoption("--no-reports", "--kvconform-no-reports", action="store_true", help="Do not write conformance reports")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kvconform_check(name): a conformance check run on every matrix cell")
-    try:
-        matrix = resolve_matrix(config)
-    except (MatrixError, ValueError) as exc:
-        raise pytest.UsageError(str(exc)) from None
-    state = KvconformState(config, matrix)
+    state = KvconformState(config, _matrix_or_usage_error(config))
     config.stash[STATE] = state
     if not state.is_worker:
         _check_report_dir(config)
         config.pluginmanager.register(ResultCollector(state), "kvconform-results")
     if hasattr(config, "workerinput"):
         _share_cores(int(config.workerinput.get("workercount", 1)))
+
+
+def _matrix_or_usage_error(config: pytest.Config) -> Matrix:
+    """The resolved matrix; a problem in the file or an option is one usage error (exit 4)."""
+    try:
+        return resolve_matrix(config)
+    except (MatrixError, ValueError) as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def report_dir(config: pytest.Config) -> Path:
@@ -148,14 +167,10 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """Answer ``--list-models`` without collecting or running anything."""
     if not config.getoption("list_models"):
         return None
-    config._do_configure()
-    try:
-        from kvconform.listing import render_listing
-        from kvconform.support import spec_paths
+    from kvconform.listing import render_listing
+    from kvconform.support import spec_paths
 
-        print(render_listing(config.stash[STATE].matrix, spec_paths))
-    finally:
-        config._ensure_unconfigure()
+    print(render_listing(_matrix_or_usage_error(config), spec_paths))
     return 0
 
 
@@ -177,7 +192,7 @@ def _cell_of(item: pytest.Item) -> Cell | None:
 
 def _check_of(item: pytest.Item) -> str:
     mark = item.get_closest_marker("kvconform_check")
-    return mark.args[0] if mark else item.originalname.removeprefix("test_")
+    return str(mark.args[0]) if mark else str(getattr(item, "originalname", item.name)).removeprefix("test_")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -196,6 +211,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if known is not None:
             # Strict and precise: only the expected failure (raised as ExpectedFailure) is an xfail.
             item.add_marker(pytest.mark.xfail(reason=known.label, strict=True, raises=ExpectedFailure))
+            item.user_properties.append((XFAIL_KIND_KEY, known.kind))
 
 
 def _plan(state: KvconformState, nodeids: list[str]) -> None:
@@ -225,7 +241,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     cells = config.stash[STATE].cells_by_id
 
-    class ByModel(LoadScopeScheduling):
+    class ByModel(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type information
         """LoadScope with one scope per model; a test that crashed its worker is reported, not re-run."""
 
         def _split_scope(self, nodeid: str) -> str:
@@ -261,8 +277,6 @@ def _device_missing(device: str) -> str | None:
 
 # ----------------------------------------------------------------------------------------- results
 
-#: How pytest's longrepr starts when a strict xfail passed.
-XPASS_STRICT = "[XPASS(strict)]"
 _PARAM = re.compile(r"^(?P<test>[^\[]+)\[(?P<cell>.*)\]$")
 
 
@@ -271,9 +285,16 @@ def _parse_nodeid(nodeid: str) -> tuple[str, str] | None:
     return (match["test"].removeprefix("test_"), match["cell"]) if match else None
 
 
-def _outcome(report: pytest.TestReport) -> str | None:
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+    """xdist's hook for the test running when a worker died: mark its report (the row says ``crashed``; the
+    ByModel scheduler does not re-run it)."""
+    report.user_properties.append((CRASHED_KEY, True))
+
+
+def _outcome(report: pytest.TestReport) -> Outcome | None:
     """The row outcome a phase report settles, or ``None`` when it settles nothing."""
-    if report.when == "???" or "crashed while running" in str(report.longrepr or ""):
+    if dict(report.user_properties).get(CRASHED_KEY):
         return "crashed"
     if report.when == "setup":
         if report.skipped:
@@ -282,20 +303,35 @@ def _outcome(report: pytest.TestReport) -> str | None:
     if report.when == "call":
         if hasattr(report, "wasxfail"):
             return "xfail" if report.skipped else "xpass"
-        if report.failed and str(report.longrepr or "").startswith(XPASS_STRICT):
+        if report.failed and str(report.longrepr or "").startswith(STRICT_XPASS):
             return "xpass"
-        return {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
+        called: dict[str, Outcome] = {"passed": "pass", "failed": "fail", "skipped": "skip"}
+        return called[report.outcome]
     return "error" if report.failed else None
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    if isinstance(report.longrepr, tuple):
+        return str(report.longrepr[2]).removeprefix("Skipped: ")
+    return str(report.longrepr or "(no reason)")
+
+
+def _xfail_reason(report: pytest.TestReport) -> str:
+    """The xfail mark's reason: pytest's ``wasxfail``, or the text after a strict XPASS's tag."""
+    reason = getattr(report, "wasxfail", None)
+    if reason is None:
+        reason = str(report.longrepr or "").removeprefix(STRICT_XPASS).strip()
+    return reason or "(no reason given)"
 
 
 def _message(report: pytest.TestReport, verdict: dict[str, Any] | None) -> str:
     text = str(report.longrepr or "")
-    if text.startswith(XPASS_STRICT):
-        return f"the known failure no longer occurs: remove its entry from the matrix ({text.removeprefix(XPASS_STRICT).strip()})"
+    if text.startswith(STRICT_XPASS):
+        return f"the known failure no longer occurs: remove its entry from the matrix ({text.removeprefix(STRICT_XPASS).strip()})"
     if verdict is not None:
         return verdict["message"]
     if report.skipped and isinstance(report.longrepr, tuple):
-        return str(report.longrepr[2]).removeprefix("Skipped: ")
+        return _skip_reason(report)
     lines = [line for line in text.splitlines() if line.startswith("E ")] or text.splitlines()[-3:]
     return "\n".join(line.removeprefix("E ").strip() for line in lines)[:4000]
 
@@ -312,9 +348,11 @@ class ResultCollector:
         if parsed is None or parsed[1] not in state.cells_by_id:
             return
         check, cell_id = parsed
-        props = dict(report.user_properties or [])
+        props: dict[str, Any] = dict(report.user_properties or [])
         if TIMING_KEY in props:
             state.cell_timings[cell_id] = props[TIMING_KEY]
+        if MODEL_KEY in props:
+            state.model_types[state.cells_by_id[cell_id].spec.id] = props[MODEL_KEY]["model_type"]
         outcome = _outcome(report)
         if outcome is None:
             return
@@ -324,43 +362,60 @@ class ResultCollector:
             row["message"] += f"\n(xdist re-ran it on another worker: {outcome})"
             return
         if report.when == "teardown":
-            row.update(outcome="error", message=row["message"] + "\n(teardown error) " + _message(report, None))
+            row["outcome"], row["message"] = "error", row["message"] + "\n(teardown error) " + _message(report, None)
             state.results[key] = row
             return
         verdict = props.get(RESULT_KEY)
-        row.update(outcome=outcome, message=_message(report, verdict))
+        row["outcome"], row["message"] = outcome, _message(report, verdict)
+        if outcome in ("xfail", "xpass"):
+            row["reason"] = _xfail_reason(report)
+            if props.get(XFAIL_KIND_KEY):
+                row["xfail_kind"] = props[XFAIL_KIND_KEY]
+        elif outcome == "skip":
+            row["reason"] = _skip_reason(report)
         if verdict is not None:
-            row.update(measured=verdict["measured"], limit=verdict["limit"], details=verdict["details"])
+            figures, nonfinite = finite_or_null({key: verdict[key] for key in ("figure", "details")})
+            row["measured"], row["limit"] = verdict["measured"], verdict["limit"]
+            row["figure"], row["details"] = figures["figure"], figures["details"]
+            if nonfinite:
+                row["nonfinite"] = nonfinite
         row["duration_s"] = round(row.get("duration_s", 0.0) + report.duration, 4)
         state.results[key] = row
 
 
-def _row(cell: Cell, check: str, nodeid: str) -> dict[str, Any]:
+def _row(cell: Cell, check: str, nodeid: str) -> ResultRow:
+    """A result row before its outcome is known (provenance is per model, in the document's ``models``)."""
     return {
-        "cell_id": cell.id, "model": cell.spec.id, "model_type": cell.spec.model_type or "",
-        "source": f"{cell.spec.source}:{cell.spec.location}", "revision": cell.spec.revision,
-        "dtype": cell.dtype, "device": cell.device, "cache": cell.cache, "attn": cell.attn, "check": check,
-        "outcome": "pass", "measured": "", "limit": "", "message": "", "details": {},
+        "cell_id": cell.id, "model": cell.spec.id, "dtype": cell.dtype, "device": cell.device, "cache": cell.cache, "attn": cell.attn,
+        "check": check, "outcome": "pass", "measured": "", "limit": "", "figure": None, "message": "", "details": {},
         "duration_s": 0.0, "nodeid": nodeid,
     }
 
 
 def build_document(state: KvconformState, stopped: str | None = None) -> dict[str, Any]:
-    """The ``conformance.json`` document of this run; ``stopped`` says why it ended early, if it did."""
+    """The ``conformance.json`` document of this run; ``stopped`` says why it ended early, if it did.
+
+    Skipped checks are counted by reason (``not_run``); planned checks without any result, in ``run``.
+    """
     from kvconform.environment import describe_environment
+    from kvconform.provenance import describe_model
     from kvconform.run_status import run_field
 
-    config = state.config
+    rows = sorted(state.results.values(), key=lambda r: (r["model"], r["cell_id"], r["check"]))
+    ran = [row for row in rows if row["outcome"] != "skip"]
+    specs = {spec.id: spec for spec in state.matrix.models}
     return {
         "schema_version": SCHEMA_VERSION,
-        "environment": describe_environment(Path(config.rootpath), state.matrix.path),
-        "run": run_field(planned=state.planned, finished=[(row["cell_id"], row["check"]) for row in state.results.values()],
-                         stopped=stopped, shard=config.getoption("shard"), empty_shard=state.empty_shard),
+        "environment": describe_environment(Path(state.config.rootpath), state.matrix.path),
+        "run": run_field(planned=state.planned, finished=[(row["cell_id"], row["check"]) for row in rows],
+                         stopped=stopped, shard=state.config.getoption("shard"), empty_shard=state.empty_shard),
+        "models": [describe_model(specs[model], state.model_types.get(model)) for model in sorted({r["model"] for r in rows})],
         "excluded": [
             {"id": model_type, "model_type": model_type, "reason": reason}
             for model_type, reason in sorted(state.matrix.excluded.items())
         ],
-        "results": sorted(state.results.values(), key=lambda r: (r["model"], r["cell_id"], r["check"])),
+        "results": ran,
+        "not_run": count_not_run([row for row in rows if row["outcome"] == "skip"]),
         "cells": [dict(cell_id=cell_id, **timings) for cell_id, timings in sorted(state.cell_timings.items())],
     }
 

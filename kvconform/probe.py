@@ -15,15 +15,25 @@ from typing import Any
 import torch
 
 from kvconform.cache_io import (
-    LayerState, cache_keyword, cache_layers, forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length,
+    LayerState,
+    Model,
+    cache_keyword,
+    cache_layers,
+    forward_keeping_cache,
+    input_device,
+    make_prompt,
+    new_cache,
+    returned_cache,
+    seq_length,
     snapshot_layers,
 )
 from kvconform.crop import run_crop
-from kvconform.reorder import run_reorder
-from kvconform.kv_compare import Divergence, locate_divergence
+from kvconform.geometry import cache_geometry
+from kvconform.kv_compare import Divergence, LayerPair, locate_divergence
 from kvconform.matrix import Tolerance
 from kvconform.quantized import QuantizedKVRecord
 from kvconform.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
+from kvconform.reorder import run_reorder
 from kvconform.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
 
 
@@ -105,6 +115,8 @@ class ProbeRecord:
     """Quantized cells: the stored fp8 values against the design's."""
     full_precision_delta: float | None = None
     """Quantized cells: max |Δlogit| against the uncached full-precision pass (a finding, not a verdict)."""
+    extras: dict[str, Any] = field(default_factory=dict)
+    """Records the runner adds beside the probe's: ``beam``, ``padded_generate``, ``attn_agreement``."""
 
     @property
     def max_abs_delta(self) -> float:
@@ -134,7 +146,7 @@ def _describe_nonfinite(cached: list[torch.Tensor], reference: torch.Tensor) -> 
 
 
 @torch.inference_mode()
-def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
+def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     """Prefill, decode ``plan.decode_steps`` greedy steps, and compare with one uncached pass."""
     device = input_device(model)
     dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
@@ -189,10 +201,10 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
     finite_ref = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     logit_scale = float(finite_ref.abs().max())
     divergence, unstable, ties = None, None, None
-    located = plan.locate_tolerance is not None and max(s.max_abs_delta for s in steps) > plan.locate_tolerance.limit(logit_scale)
+    limit = plan.locate_tolerance.limit(logit_scale) if plan.locate_tolerance is not None else float("inf")
+    located = max(s.max_abs_delta for s in steps) > limit
     if located:
         start = time.perf_counter()
-        limit = plan.locate_tolerance.limit(logit_scale)
         unstable = prefix_instability(model, full, reference, [plan.prompt_length, total - 1], limit)
         ties = topk_ties(lambda: model(input_ids=full, use_cache=False))
         divergence = _locate(model, keyword, plan, cache, full)
@@ -241,7 +253,7 @@ def run_probe(model: torch.nn.Module, plan: ProbePlan) -> ProbeRecord:
     )
 
 
-def _design_reference(model: torch.nn.Module, keyword: str, full: torch.Tensor, prompt_length: int,
+def _design_reference(model: Model, keyword: str, full: torch.Tensor, prompt_length: int,
                       cache: Any) -> tuple[torch.Tensor, QuantizedKVRecord]:
     """The same prefill and decode through the fp8 design on full-precision storage: its logits [B, N+1, V]
     and the real cache's stored values compared with the design's."""
@@ -254,21 +266,42 @@ def _design_reference(model: torch.nn.Module, keyword: str, full: torch.Tensor, 
     return torch.stack(logits, dim=1), compare_with_design(cache, design)
 
 
-def _locate(model: torch.nn.Module, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> Divergence | None:
-    """Compare the decoded cache with the K/V one fresh pass over the whole sequence stores."""
-    reference_cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, full.shape[1]), input_ids=full)
-    pairs = []
-    for decoded, reference in zip(cache_layers(cache), cache_layers(reference_cache)):
-        keys = getattr(decoded, "keys", None)
-        ref_keys = getattr(reference, "keys", None)
-        if isinstance(keys, torch.Tensor) and isinstance(ref_keys, torch.Tensor):
-            pairs.append((keys, decoded.values, ref_keys, reference.values))
-        else:
+def _locate(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> Divergence | None:
+    """Compare the decoded cache with the K/V of one fresh pass over the whole sequence.
+
+    For dynamic cells the fresh pass writes into a config-less ``DynamicCache`` (plain layers that keep
+    every token, written once), so the reference cannot share a fault of the layer classes under test;
+    each decoded layer is compared with the positions its type must keep (``geometry``). Models whose
+    layers need their configured cache, and static cells (whose sliding layers roll), use a fresh
+    cache of the cell's own kind, written in one multi-token update.
+    """
+    from transformers import DynamicCache
+
+    total = full.shape[1]
+    reference_cache = None
+    if plan.cache == "dynamic":
+        try:
+            reference_cache, _ = forward_keeping_cache(model, keyword, DynamicCache(), input_ids=full)
+        except Exception:  # noqa: BLE001 - e.g. linear-attention layers need their configured cache
+            reference_cache = None
+    if reference_cache is None:
+        reference_cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=full)
+    layers = cache_geometry(model.config).layers
+    pairs: list[LayerPair] = []
+    for index, (decoded, reference) in enumerate(zip(cache_layers(cache), cache_layers(reference_cache), strict=False)):
+        keys, ref_keys = getattr(decoded, "keys", None), getattr(reference, "keys", None)
+        if not (isinstance(keys, torch.Tensor) and isinstance(ref_keys, torch.Tensor)):
             pairs.append(None)
-    return locate_divergence(pairs, valid_length=full.shape[1])
+            continue
+        ref_values = reference.values
+        if plan.cache == "dynamic" and index < len(layers) and layers[index].keeps_kv and ref_keys.shape[-2] == total:
+            keep = layers[index].stored_length(total, None)
+            ref_keys, ref_values = ref_keys[..., total - keep :, :], ref_values[..., total - keep :, :]
+        pairs.append((keys, decoded.values, ref_keys, ref_values))
+    return locate_divergence(pairs, valid_length=total, preallocated=plan.cache != "dynamic")
 
 
-def run_generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int, cache: str = "dynamic",
+def run_generate(model: Model, prompt: torch.Tensor, steps: int, cache: str = "dynamic",
                  attention_mask: torch.Tensor | None = None) -> GenerateRecord:
     """Greedy generate with (``cache_implementation`` of ``cache``) and without the cache; where they part, the uncached top-2 margin."""
     from transformers import GenerationConfig
@@ -293,7 +326,7 @@ def run_generate(model: torch.nn.Module, prompt: torch.Tensor, steps: int, cache
     )
 
 
-def _generate_both(model: torch.nn.Module, prompt: torch.Tensor, mask: torch.Tensor, steps: int, config_class: Any,
+def _generate_both(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: int, config_class: Any,
                    cache: str) -> dict[bool, Any]:
     from kvconform.generation import cache_implementation
 

@@ -34,7 +34,7 @@ def quantized_state(index: int, layer: Any) -> LayerState | None:
 
     if not isinstance(layer, BaseQuantizedLayer):
         return None
-    stored = [getattr(layer, "_quantized_keys", None), getattr(layer, "_quantized_values", None)]
+    stored: list[Any] = [getattr(layer, "_quantized_keys", None), getattr(layer, "_quantized_values", None)]
     if stored == [None, None]:  # never updated (e.g. a cross-attention layer's slot)
         return LayerState(index=index, layer_class=type(layer).__name__, keys_shape=None, values_shape=None, dtype=None, kv_bytes=0)
     if not all(isinstance(part, tuple) and len(part) == 2 for part in stored):

@@ -8,12 +8,14 @@ about its cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
+
+from kvconform.cache_io import Model
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ class TopkTies:
         )
 
 
-def prefix_instability(model: torch.nn.Module, full: torch.Tensor, reference: torch.Tensor, cuts: list[int],
+def prefix_instability(model: Model, full: torch.Tensor, reference: torch.Tensor, cuts: list[int],
                        limit: float) -> PrefixInstability | None:
     """The worst prefix whose uncached logits differ from the full pass's by more than ``limit``."""
     worst = None

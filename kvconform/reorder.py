@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import forward_keeping_cache, new_cache, returned_cache, seq_length
+from kvconform.cache_io import Model, forward_keeping_cache, new_cache, returned_cache, seq_length
 from kvconform.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
 
-def _decode(model: torch.nn.Module, keyword: str, cache: Any, tokens: torch.Tensor) -> tuple[list[torch.Tensor], list[int | None], Any]:
+def _decode(model: Model, keyword: str, cache: Any, tokens: torch.Tensor) -> tuple[list[torch.Tensor], list[int | None], Any]:
     logits, lengths = [], []
     for position in range(tokens.shape[1]):
         output = model(input_ids=tokens[:, position : position + 1], use_cache=True, **{keyword: cache})
@@ -29,7 +29,7 @@ def _decode(model: torch.nn.Module, keyword: str, cache: Any, tokens: torch.Tens
 
 
 @torch.inference_mode()
-def run_reorder(model: torch.nn.Module, plan: Any, keyword: str, sequence: torch.Tensor) -> PathRecord:
+def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -> PathRecord:
     """Prefill ``sequence``'s prompt, ``reorder_cache`` by a row rotation, decode; compare with the rotated prefill."""
     batch, prompt_length, total = sequence.shape[0], plan.prompt_length, sequence.shape[1]
     if batch < 2:
@@ -41,7 +41,7 @@ def run_reorder(model: torch.nn.Module, plan: Any, keyword: str, sequence: torch
     logits, lengths, cache = _decode(model, keyword, cache, reordered[:, prompt_length:])
     fresh, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=reordered[:, :prompt_length])
     expected, _, _ = _decode(model, keyword, fresh, reordered[:, prompt_length:])
-    deltas = [row_delta(got, want) for got, want in zip(logits, expected)]
+    deltas = [row_delta(got, want) for got, want in zip(logits, expected, strict=False)]
     scale = max(float(torch.nan_to_num(want.float()).abs().max()) for want in expected)
     description = f"a prefilled {plan.cache} cache reordered by rows {order.tolist()} (reorder_cache), then decoded"
     record = summarize("reorder", deltas, scale, description, lengths, prompt_length + 1, cache)

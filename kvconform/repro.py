@@ -7,6 +7,8 @@ a crash) reproduces, 0 when it does not. A maintainer pastes it into an upstream
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvconform.architecture_table import architecture_table
 from kvconform.cells import Cell
 from kvconform.known_failures import known_failure
@@ -289,10 +291,15 @@ def repro_script(cell: Cell, check: str = "parity") -> str:
         cell_id=cell.id, check=check, expectation=_wrap(expectation), dtype=cell.dtype, seed=settings.seed,
         batch=settings.batch_size, prompt=settings.prompt_length, steps=settings.decode_steps, cache=cell.cache, attn=cell.attn,
         atol=tolerance.atol, rtol=tolerance.rtol, config_json=config.to_json_string(),
-        sub_config=sub_config, model_class=MODEL_FOR_CAUSAL_LM_MAPPING[type(config)].__name__,
+        sub_config=sub_config, model_class=_class_name(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]),
         zero_init_std=ZERO_INIT_STD,
         path_note=PATH_NOTES.get(check, ""),
     )
+
+
+def _class_name(model_class: Any) -> str:
+    """The name of a model class looked up in transformers' (loosely typed) auto mapping."""
+    return str(model_class.__name__)
 
 
 def _wrap(text: str, width: int = 100) -> str:

@@ -13,7 +13,8 @@ field its totals ("13 passed, 0 failed") read like a complete run. ``run`` is::
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 Doc = dict[str, Any]
 Key = tuple[str, str]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kvconform.cells import Cell, check_applies, untestable
 from kvconform.geometry import CacheGeometry, cache_geometry, explain
@@ -22,10 +23,10 @@ class CellOutcome:
     geometry: CacheGeometry | None = None
     explanation: str = ""
     load_s: float = 0.0
+    model_type: str | None = None
+    """``config.model_type`` of the loaded model (``None`` when it did not load)."""
     not_applicable: str | None = None
     """Why the model cannot run this cell's cache or attention (decided by transformers' own rules)."""
-    extras: dict[str, Any] = field(default_factory=dict)
-    """Records of the cell's generation paths (``beam``, ``padded_generate``) and ``attn_agreement``."""
 
 
 @dataclass
@@ -83,6 +84,7 @@ class CellRunner:
         except Exception as exc:  # noqa: BLE001
             return CellOutcome(error=exc, load_s=self._load_s)
         settings = cell.spec.settings
+        model_type = getattr(master.config, "model_type", None)
         plan = ProbePlan(
             batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
             seed=settings.seed, cache=cell.cache, device=cell.device,
@@ -95,15 +97,15 @@ class CellRunner:
         try:
             reason = cell_support(master, cell.cache, cell.attn)
             if reason is not None:
-                return CellOutcome(load_s=self._load_s, not_applicable=reason)
+                return CellOutcome(load_s=self._load_s, model_type=model_type, not_applicable=reason)
             model = self._model_for(master, cell)
             if self.on_model is not None:
                 self.on_model(model)
             record = run_probe(model, plan)
-            extras = run_extras(model, plan, cell, master, record.timings)
-            return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s, extras=extras)
+            record.extras.update(run_extras(model, plan, cell, master, record.timings))
+            return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s, model_type)
         except Exception as exc:  # noqa: BLE001 - a crash inside a model fails its cell, not the run
-            return CellOutcome(error=exc, load_s=self._load_s)
+            return CellOutcome(error=exc, load_s=self._load_s, model_type=model_type)
 
 
 def _already_placed(master: Any, cell: Cell) -> bool:

@@ -17,14 +17,14 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import QUANTIZED_BACKEND
+from kvconform.cache_io import QUANTIZED_BACKEND, Model
 from kvconform.matrix import ModelSpec
 
 #: A cache length for trial construction (the layers are allocated lazily).
 _TRIAL_LENGTH = 8
 
 
-def model_class(model_type: str) -> type:
+def model_class(model_type: str) -> Any:
     """The causal-LM class transformers maps ``model_type`` to (imports only that modeling module)."""
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -42,14 +42,14 @@ def model_attention(spec: ModelSpec) -> str:
     return "sdpa" if model_class(spec.model_type)._supports_sdpa else "eager"
 
 
-def attention_support(cls: type, attn: str) -> str | None:
+def attention_support(cls: Any, attn: str) -> str | None:
     """Why ``cls`` cannot run ``attn`` attention, or ``None``."""
     if attn == "sdpa" and not cls._supports_sdpa:
         return f"{cls.__name__} does not support sdpa (_supports_sdpa is False); its eager cells run its attention"
     return None
 
 
-def cache_support(cls: type, config: Any, cache: str) -> str | None:
+def cache_support(cls: Any, config: Any, cache: str) -> str | None:
     """Why ``generate()`` would not run ``cls`` with a ``cache`` cache, or ``None``."""
     if cache == "dynamic":
         return None
@@ -72,7 +72,7 @@ def cache_support(cls: type, config: Any, cache: str) -> str | None:
     return None
 
 
-def crop_support(cls: type) -> str | None:
+def crop_support(cls: Any) -> str | None:
     """Why ``generate()``'s assisted decoding (which rolls the cache back with ``crop``) refuses ``cls``, or ``None``.
     Whether the built cache can crop (``is_croppable``) is known only after a prefill (crop.py)."""
     if getattr(cls, "_is_stateful", False):
@@ -91,18 +91,20 @@ def spec_paths(spec: ModelSpec) -> dict[str, str | None]:
     """For a synthetic entry: why each of ``LISTED_PATHS`` does not run (``None``: it runs), by the rules the runner applies."""
     from kvconform.synthetic import shrink_config
 
+    if spec.model_type is None:
+        raise ValueError(f"{spec.id}: a checkpoint's paths are decided when it is loaded")
     cls = model_class(spec.model_type)
     config = shrink_config(spec.location, spec.config)
     return {"static": cache_support(cls, config, "static"), "quantized": cache_support(cls, config, "quantized"),
             "sdpa": attention_support(cls, "sdpa"), "eager": None, "crop": crop_support(cls)}
 
 
-def cell_support(model: torch.nn.Module, cache: str, attn: str) -> str | None:
+def cell_support(model: Model, cache: str, attn: str) -> str | None:
     """Why a cell with ``cache`` and ``attn`` cannot run on ``model``, or ``None``."""
     return attention_support(type(model), attn) or cache_support(type(model), model.config, cache)
 
 
-def attention_model(master: torch.nn.Module, attn: str) -> tuple[torch.nn.Module, bool]:
+def attention_model(master: Model, attn: str) -> tuple[Model, bool]:
     """``master`` running ``attn`` attention, and whether it had to be rebuilt (a second load)."""
     if master.config._attn_implementation == attn:
         return master, False

@@ -202,7 +202,7 @@ def _is_index_list(key: str, value: Any, n_layers: int) -> bool:
     return (
         ("layer" in key or "idx" in key) and isinstance(value, list)
         and all(isinstance(x, int) and not isinstance(x, bool) for x in value)
-        and all(0 <= a < b for a, b in zip(value, value[1:])) and all(x < n_layers for x in value)
+        and all(0 <= a < b for a, b in zip(value, value[1:], strict=False)) and all(x < n_layers for x in value)
     )
 
 
@@ -225,7 +225,7 @@ def _shrink_layers(values: Mapping[str, Any], shrunk: Mapping[str, Any]) -> dict
         and all(isinstance(x, (str, int, float, bool)) for x in v)
     ]
     layer_config = {int(k): v for k, v in (values.get("per_layer_config") or {}).items()}
-    kinds: dict[tuple, int] = {}
+    kinds: dict[tuple[Any, ...], int] = {}
     for i in range(n_layers):
         kind = (
             *(current[k][i] for k in per_layer), *(i in current[k] for k in indexed),
@@ -294,7 +294,7 @@ def build_synthetic(config: PreTrainedConfig, seed: int) -> PreTrainedModel:
     if sub_config is None:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     else:
-        model_class = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+        model_class: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # a model class (the mapping is typed loosely)
         model = model_class._from_config(getattr(config, sub_config), dtype=torch.float32)
     _break_zero_init(model, seed)
     return model.float().eval()

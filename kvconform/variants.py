@@ -16,10 +16,18 @@ from typing import Any
 import torch
 
 from kvconform.cache_io import (
-    LayerState, forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length, snapshot_layers,
+    LayerState,
+    Model,
+    forward_keeping_cache,
+    input_device,
+    make_prompt,
+    new_cache,
+    returned_cache,
+    seq_length,
+    snapshot_layers,
 )
-from kvconform.reference_health import TopkTies
 from kvconform.cells import ragged_row_lengths
+from kvconform.reference_health import TopkTies
 
 
 @dataclass
@@ -59,7 +67,7 @@ def failed_path(name: str, error: BaseException) -> PathRecord:
     return PathRecord(name, [], 0, 0, 0.0, name, [], 0, [], error=f"{type(error).__name__}: {error}"[:500])
 
 
-def _accepts(model: torch.nn.Module, name: str) -> bool:
+def _accepts(model: Model, name: str) -> bool:
     return name in inspect.signature(model.forward).parameters
 
 
@@ -76,7 +84,7 @@ def row_delta(cached: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num((cached.float() - reference.float()).abs(), nan=float("inf")).amax(dim=-1)
 
 
-def _generate_feeds_mask(model: torch.nn.Module, keyword: str, token: torch.Tensor, cache: Any, mask: torch.Tensor) -> bool:
+def _generate_feeds_mask(model: Model, keyword: str, token: torch.Tensor, cache: Any, mask: torch.Tensor) -> bool:
     """Whether ``generate()`` feeds the attention mask on a cached decode step: Mamba-style models drop it
     (their one-token step cannot take the whole sequence's mask), so the path feeds what generate() feeds.
     Where the model's own input preparation needs generate()'s state to run (musicgen), the mask is fed, as
@@ -90,7 +98,7 @@ def _generate_feeds_mask(model: torch.nn.Module, keyword: str, token: torch.Tens
     return prepared.get("attention_mask") is not None
 
 
-def _mask_as_generate_feeds(model: torch.nn.Module, cache: Any, ids: torch.Tensor, attention: torch.Tensor,
+def _mask_as_generate_feeds(model: Model, cache: Any, ids: torch.Tensor, attention: torch.Tensor,
                             positions: dict[str, torch.Tensor]) -> Any:
     """The 2-D mask, or for a compileable (static) cache the 4-D masks ``generate()`` builds from it beforehand
     (GenerationMixin.prepare_inputs_for_generation: ``create_masks_for_generate``), as generate() feeds them."""
@@ -106,7 +114,7 @@ def _mask_as_generate_feeds(model: torch.nn.Module, cache: Any, ids: torch.Tenso
 
 
 @torch.inference_mode()
-def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
+def run_ragged(model: Model, plan: Any, keyword: str) -> PathRecord:
     """Left-padded prompts of lengths P, P-1, … (at least 2) decoded together with a mask."""
     device = input_device(model)
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
@@ -146,14 +154,14 @@ def run_ragged(model: torch.nn.Module, plan: Any, keyword: str) -> PathRecord:
         positions = {"position_ids": torch.arange(own.shape[1], device=device)[None]} if use_positions else {}
         reference = model(input_ids=own, use_cache=False, **positions).logits[0, length - 1 :, :]
         scale = max(scale, float(torch.nan_to_num(reference.float()).abs().max()))
-        for step, cached in enumerate(logits):
-            deltas[step][row] = row_delta(cached[row : row + 1], reference[step : step + 1])[0]
+        for k, cached in enumerate(logits):
+            deltas[k][row] = row_delta(cached[row : row + 1], reference[k : k + 1])[0]
     description = f"left-padded rows of lengths {lengths} with an attention mask"
     return summarize("ragged", deltas, scale, description, cache_lengths, width, cache)
 
 
 @torch.inference_mode()
-def run_prefix_reuse(model: torch.nn.Module, plan: Any, keyword: str, reference: torch.Tensor,
+def run_prefix_reuse(model: Model, plan: Any, keyword: str, reference: torch.Tensor,
                      sequence: torch.Tensor) -> PathRecord:
     """Prefill P-2 tokens, copy that cache, extend the copy by 2 tokens at once, then decode the same tokens.
 

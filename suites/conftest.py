@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Callable, NoReturn
+from collections.abc import Callable
+from typing import NoReturn
 
 import pytest
 
 from kvconform.cells import Cell
 from kvconform.known_failures import ExpectedFailure, known_failure
 from kvconform.models import ModelRefused, ModelUnavailable
-from kvconform.plugin import RESULT_KEY, STATE, TIMING_KEY
+from kvconform.plugin import MODEL_KEY, RESULT_KEY, STATE, TIMING_KEY
 from kvconform.results import CheckResult
 from kvconform.runner import CellOutcome, CellRunner
 
@@ -27,6 +28,8 @@ def outcome(cell: Cell, request: pytest.FixtureRequest) -> CellOutcome:
         if result.record is not None:
             timings.update({k: round(v, 4) for k, v in result.record.timings.items()})
         request.node.user_properties.append((TIMING_KEY, timings))
+        if result.model_type is not None:
+            request.node.user_properties.append((MODEL_KEY, {"model_type": result.model_type}))
     if isinstance(result.error, ModelUnavailable):
         if request.config.getoption("require_models"):
             pytest.fail(f"{result.error} (--require-models: a missing model fails its cells)", pytrace=False)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import jsonschema
 import pytest
 import torch
 
@@ -12,6 +14,7 @@ from kvconform.geometry import cache_geometry, explain
 from kvconform.matrix import Tolerance
 from kvconform.models import model_in_dtype
 from kvconform.probe import ProbePlan, run_probe
+from kvconform.report import SCHEMA_PATH
 from kvconform.results import CheckResult
 from kvconform.synthetic import build_synthetic, shrink_config
 
@@ -21,6 +24,16 @@ TOLERANCES = {
     "float16": Tolerance(atol=1e-3, rtol=2e-2),
     "bfloat16": Tolerance(atol=1e-2, rtol=1e-1),
 }
+
+
+#: Validator of the published report schema (kvconform/report/conformance.schema.json).
+SCHEMA_VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+
+
+def schema_problems(doc: Any) -> list[str]:
+    """Where ``doc`` breaks the published report schema (empty when it conforms)."""
+    return [f"{'/'.join(map(str, error.absolute_path)) or '(document)'}: {error.message}"
+            for error in SCHEMA_VALIDATOR.iter_errors(doc)]
 
 
 def tiny(model_type: str, **overrides: Any) -> torch.nn.Module:

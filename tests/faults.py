@@ -6,12 +6,19 @@ check and say where.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import torch
 from transformers.cache_utils import (
-    Cache, CacheLayerMixin, DynamicLayer, DynamicSlidingWindowLayer, Fp8QuantizedLayer, StaticLayer, StaticSlidingWindowLayer,
+    Cache,
+    CacheLayerMixin,
+    DynamicLayer,
+    DynamicSlidingWindowLayer,
+    Fp8QuantizedLayer,
+    StaticLayer,
+    StaticSlidingWindowLayer,
 )
 
 Patch = tuple[type, str, Callable[..., Any]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform import checks, path_checks
+from kvconform import checks
 from kvconform.cells import Cell
 from kvconform.matrix import ModelSpec, Settings
 from kvconform.results import CheckResult
@@ -45,18 +45,8 @@ def run_checks(runner: CellRunner, spec: ModelSpec, dtype: str = "float32", cach
     assert outcome.not_applicable is None, outcome.not_applicable
     record, tolerance = outcome.record, cell.tolerance
     results = checks.run_all(record, outcome.geometry, outcome.explanation, tolerance)
-    extras = outcome.extras
-    if "beam" in extras:
-        results["beam"] = path_checks.beam(extras["beam"], tolerance, record.logit_scale)
-    if "padded_generate" in extras:
-        results["padded_generate"] = checks.generate(record, tolerance, extras["padded_generate"], "padded_generate")
-    if cache == "quantized":
-        results["quantized_kv"] = path_checks.quantized_kv(record.quantized)
-    for name in ("generate", "reorder"):
-        if name in results and results[name].measured == "not run":
-            del results[name]
-    if "attn_agreement" in extras:
-        results["attn_agreement"] = path_checks.attention_agreement(extras["attn_agreement"], tolerance)
+    if results["generate"].measured == "not run":
+        del results["generate"]
     return results
 
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from kvconform import checks
 from kvconform.geometry import FULL, NO_KV, CacheGeometry, LayerGeometry
 from kvconform.matrix import Tolerance
 from kvconform.probe import GenerateRecord, LayerState, ProbePlan, ProbeRecord, StepRecord
+from kvconform.report import finite_or_null
+from kvconform.results import Figure
 
 PLAN = ProbePlan(batch_size=2, prompt_length=4, decode_steps=2, seed=0)
 TOL = Tolerance(atol=1e-5, rtol=1e-4)
@@ -29,7 +33,7 @@ def _record(deltas=(1e-6, 2e-6, 3e-6), lengths=(4, 5, 6), scale=10.0, generate=N
     steps = [
         StepRecord(step=k, seq_length=n, layers=_layers(n), max_abs_delta=d, worst_row=1, worst_vocab_id=7,
                    cached_argmax=[1, 2], reference_argmax=[1, 2], reference_top2_margin=[0.5, 0.5])
-        for k, (d, n) in enumerate(zip(deltas, lengths))
+        for k, (d, n) in enumerate(zip(deltas, lengths, strict=False))
     ]
     return ProbeRecord(plan=PLAN, dtype=dtype, cache_class="DynamicCache", max_cache_len=None, steps=steps,
                        prefix_instability=None, topk_ties=None,
@@ -44,12 +48,17 @@ def test_parity_limit_scales_with_the_logits():
     assert "decode step 2 (cache length 6, token position 5)" in failed.message
     assert "batch row 1, vocab id 7" in failed.message
     assert failed.details["step_max_abs_delta"][2] > failed.details["tolerance"]
+    assert failed.figure == Figure(limit * 1.01, limit, "logit", "at_most")
+    assert failed.figure.ratio == pytest.approx(1.01) and failed.measured == f"{limit * 1.01:.2e}"
 
 
 def test_parity_fails_on_non_finite_logits():
     record = replace(_record(), nonfinite="cached logits at step 1 are not finite")
     result = checks.parity(record, TOL)
     assert not result.passed and "not finite" in result.message
+    row, nonfinite = finite_or_null(result.to_dict())  # as the plugin stores it: null with a flag, never Infinity
+    assert row["figure"]["measured"] is None and row["figure"]["ratio"] is None
+    assert nonfinite == ["figure.measured", "figure.ratio"]
 
 
 def test_growth_passes_and_fails_with_the_step():
@@ -57,6 +66,7 @@ def test_growth_passes_and_fails_with_the_step():
     stuck = checks.growth(_record(lengths=(4, 5, 5)), GEOMETRY)
     assert not stuck.passed
     assert "after decode step 2, expected 6 (grew by 0 instead of 1)" in stuck.message
+    assert stuck.figure == Figure(5, 6, "tokens", "equal")
 
 
 def test_shapes_list_no_kv_layers_and_catch_head_expansion():
@@ -67,6 +77,9 @@ def test_shapes_list_no_kv_layers_and_catch_head_expansion():
         step.layers = _layers(step.seq_length, heads=4)
     bad = checks.shapes(record, GEOMETRY, "H_kv=2")
     assert not bad.passed and "expanded to the query-head count" in bad.message
+    assert bad.figure == Figure([2, 4, 4, 8], [2, 2, 4, 8], "[B, H_kv, S_layer, head_dim]", "equal")
+    assert (bad.measured, bad.limit) == ("[2, 4, 4, 8]", "[2, 2, 4, 8]")
+    assert ok.figure == Figure([2, 2, 6, 8], [2, 2, 6, 8], "[B, H_kv, S_layer, head_dim]", "equal")
 
 
 def test_shapes_fail_when_a_no_kv_layer_stores_kv():
@@ -89,6 +102,7 @@ def test_bytes_exact_and_off_by_a_factor():
     record.steps[2].layers[0].kv_bytes *= 2
     result = checks.cache_bytes(record, GEOMETRY)
     assert not result.passed and "(× 2)" in result.message and "decode step 2" in result.message
+    assert result.figure == Figure(3072, 1536, "B", "equal") and result.figure.ratio == 2.0
 
 
 def _generate(first: int | None, margin: float | None) -> GenerateRecord:
@@ -107,3 +121,23 @@ def test_generate_is_strict_in_float32_and_forgives_near_ties_elsewhere():
     assert near_tie.passed and "near-tie" in near_tie.message
     clear = checks.generate(_record(generate=_generate(1, 5.0), dtype="float16"), half)
     assert not clear.passed and "generated token 1 (rows [1])" in clear.message
+    assert clear.figure == Figure(1, 3, "tokens", "equal")
+
+
+def test_the_suite_has_one_test_per_check_of_the_table() -> None:
+    """The check table is the one list of checks: the suite's tests, the cells and the report columns follow it."""
+    import ast
+    from pathlib import Path
+
+    from kvconform.check_table import CHECK_ORDER
+    from kvconform.report.views import CHECK_ORDER as REPORT_ORDER
+
+    suite = ast.parse((Path(__file__).resolve().parents[1] / "suites" / "test_conformance.py").read_text())
+    tests = [node.name.removeprefix("test_") for node in suite.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+    assert tests == list(CHECK_ORDER)
+    assert REPORT_ORDER is CHECK_ORDER
+
+
+def test_run_all_follows_the_table_and_runs_only_the_paths_the_probe_ran() -> None:
+    results = checks.run_all(_record(), GEOMETRY, "x", TOL)
+    assert list(results) == ["parity", "growth", "shapes", "bytes", "generate"]

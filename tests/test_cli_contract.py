@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from kvconform.models import ModelRefused, check_weight_safety, load_master
 from kvconform.report import REPORT_FILES, load_document
 from tests.test_maintainer import SMALL, save_llama
 from tests.test_plugin import CHECKS, DATA, HIDDEN_ENV, INTERRUPT_TEST, Run, assert_one_usage_error, make_suite, run_pytest
+from tests.test_report import make_doc
 
 REPO = Path(__file__).resolve().parents[1]
 GREEN = ("-k", "llama-gqa and dynamic")  # main.yaml narrowed to one healthy cell: 5 passing checks
@@ -147,7 +149,7 @@ def test_bad_option_value_is_one_usage_error(case: str, tmp_path: Path) -> None:
     assert_one_usage_error(run, [fragment])
 
 
-@pytest.mark.parametrize("args, fragment", [
+@pytest.mark.parametrize(("args", "fragment"), [
     (["--model", "/path/that/does/not/exist"], "ERROR: --model /path/that/does/not/exist: no such file or folder"),
     (["--dtype", "float8"], "ERROR: --dtype: unknown value 'float8'."),
 ], ids=["model", "dtype"])
@@ -160,10 +162,10 @@ def test_usage_errors_from_a_real_process(args: list[str], fragment: str, tmp_pa
 def test_device_cuda_without_cuda_stays_a_skip_with_its_reason(tmp_path: Path) -> None:
     run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--device", "cuda", "-k", "cuda", "-q")
     assert run.ret == 0, run.output[-4000:]
-    rows = run.rows()
-    assert rows and {row["outcome"] for row in rows.values()} == {"skip"}
-    assert {row["message"] for row in rows.values()} == {
-        "cuda: no CUDA device on this machine (torch.cuda.is_available() is False)"}
+    doc = run.doc()
+    assert doc["results"] == [] and doc["run"]["complete"] and doc["run"]["planned"]  # skipped, not lost
+    assert [(group["reason"], group["checks"]) for group in doc["not_run"]] == [
+        ("cuda: no CUDA device on this machine (torch.cuda.is_available() is False)", doc["run"]["planned"])]
 
 
 # ----------------------------------------------------------------------------------------- --shard
@@ -176,8 +178,8 @@ def test_empty_shard_writes_a_report_that_says_so(tmp_path: Path) -> None:
     doc = run.doc()
     assert doc["results"] == [] and doc["run"]["empty_shard"] is True and doc["run"]["shard"] == "4/4"
     note = "Empty shard: shard 4/4 holds no models of the matrix, so nothing ran (more shards than models)."
-    assert f"> **{note}**" in (run.report_dir / "conformance.md").read_text()
-    assert f'<p class="banner"><strong>{note}</strong></p>' in (run.report_dir / "conformance.html").read_text()
+    assert f"> ⚠️ **{note}**" in (run.report_dir / "conformance.md").read_text()
+    assert f'<div class="banner warn">{note}</div>' in (run.report_dir / "conformance.html").read_text()
     assert "shard 4/4 holds no models of the matrix: nothing ran (the report says so)" in run.out
 
 
@@ -278,7 +280,7 @@ def pytest_unconfigure(config):
 
 def test_render_report_out_that_cannot_be_written_is_one_error_line(tmp_path: Path) -> None:
     report = tmp_path / "conformance.json"
-    report.write_text(json.dumps({"schema_version": 1, "environment": {}, "excluded": [], "results": [], "cells": []}))
+    report.write_text(json.dumps(make_doc([])))
     (tmp_path / "a-file").write_text("")
     for out, reason in ((tmp_path / "a-file", "it is a file, not a folder"),
                         (tmp_path / "a-file" / "sub", "NotADirectoryError: Not a directory")):
@@ -319,9 +321,13 @@ def test_interrupted_run_says_so_in_json_markdown_and_html(sigint_run: Run) -> N
     banner = ("Incomplete run: interrupted (Ctrl-C or pytest.exit); 10 of 20 planned checks never ran (2 cells); "
               "the totals below count only the checks that finished.")
     markdown = (sigint_run.report_dir / "conformance.md").read_text()
-    assert markdown.splitlines()[2] == f"> **{banner}**"
-    assert "10 passed, 0 failed, 0 skipped, 0 xfailed, 0 xpassed, 0 errored, 0 crashed (2 cells); 10 planned checks never ran" in markdown
-    assert f'<p class="banner"><strong>{banner}</strong></p>' in (sigint_run.report_dir / "conformance.html").read_text()
+    assert markdown.splitlines()[2] == f"> ⚠️ **{banner}**"  # first, above the verdict of what finished
+    assert ("10 passed, 0 failed, 0 xfailed, 0 xpassed, 0 errored, 0 crashed, 0 not run (2 cells ran); "
+            "10 planned checks never ran") in markdown
+    assert f'<div class="banner warn">{banner}</div>' in (sigint_run.report_dir / "conformance.html").read_text()
+    [stopped] = ET.parse(sigint_run.report_dir / "conformance.junit.xml").getroot().iter("error")  # red in a CI test view
+    assert (stopped.get("type"), stopped.get("message")) == (
+        "incomplete", "incomplete run: interrupted (Ctrl-C or pytest.exit); 10 of 20 planned checks never ran (2 cells)")
     assert "kvconform: incomplete run: interrupted (Ctrl-C or pytest.exit); 10 of 20 planned checks never ran (2 cells)" in sigint_run.out
 
 
@@ -381,10 +387,26 @@ def test_ragged_that_could_not_fail_is_skipped_with_the_reason(tmp_path: Path) -
     run = run_pytest(workdir, "--matrix", "ragged.yaml", "-q")
     assert run.ret == 0, run.output[-4000:]
     rows = run.rows()
-    one, short = rows[("one-row[float32-cpu-dynamic]", "ragged")], rows[("short-prompt[float32-cpu-dynamic]", "ragged")]
-    assert (one["outcome"], one["message"]) == ("skip", "ragged: batch_size 1 and prompt_length 4 give rows of "
-                                                "lengths [4], so no row is padded; it needs batch_size >= 2 and prompt_length >= 3")
-    assert short["outcome"] == "skip" and "give rows of lengths [2, 2], so no row is padded" in short["message"]
+    assert ("one-row[float32-cpu-dynamic]", "ragged") not in rows and ("short-prompt[float32-cpu-dynamic]", "ragged") not in rows
+    skipped = {group["reason"]: (group["cells"], group["checks"]) for group in run.doc()["not_run"]}
+    assert skipped[("ragged: batch_size 1 and prompt_length 4 give rows of lengths [4], so no row is padded; "
+                    "it needs batch_size >= 2 and prompt_length >= 3")] == (1, 1)
+    assert [counts for reason, counts in skipped.items() if "give rows of lengths [2, 2], so no row is padded" in reason] == [(1, 1)]
     control = rows[("two-rows[float32-cpu-dynamic]", "ragged")]
     assert control["outcome"] == "pass" and "left-padded rows of lengths [4, 3]" in control["message"], control
     assert rows[("one-row[float32-cpu-dynamic]", "parity")]["outcome"] == "pass"  # the cell's other checks still run
+
+
+def test_every_option_has_a_prefixed_spelling_that_means_the_same() -> None:
+    """--kvconform-dtype is --dtype: the prefixed names cannot clash with another plugin's options."""
+    import kvconform.plugin
+
+    parser = pytest.Parser()
+    kvconform.plugin.pytest_addoption(parser)
+    group = parser.getgroup("kvconform")
+    for option in group.options:
+        names = option.names()
+        plain = [n for n in names if not n.startswith("--kvconform-")]
+        assert plain and [f"--kvconform-{n[2:]}" for n in plain] == [n for n in names if n.startswith("--kvconform-")], names
+    parsed = parser.parse_known_args(["--kvconform-dtype", "float16", "--dtype", "bfloat16", "--kvconform-shard", "1/2"])
+    assert parsed.kvconform_dtypes == ["float16", "bfloat16"] and parsed.shard == "1/2"

@@ -10,7 +10,7 @@ from kvconform.geometry import FULL, NO_KV, SLIDING, cache_geometry, explain
 def test_gqa_uses_kv_heads_not_query_heads():
     config = AutoConfig.for_model("llama", num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=2, head_dim=16)
     geometry = cache_geometry(config)
-    assert [l.kv_heads for l in geometry.layers] == [2, 2]
+    assert [layer.kv_heads for layer in geometry.layers] == [2, 2]
     assert geometry.query_heads == 8
     assert geometry.layers[0].expected_shapes(3, 10, None) == ((3, 2, 10, 16), (3, 2, 10, 16))
 
@@ -30,10 +30,12 @@ def test_mqa_flags_give_one_kv_head():
     assert cache_geometry(bigcode).layers[0].kv_heads == 1
 
 
-def test_mla_keys_and_values_differ_in_width():
-    config = AutoConfig.for_model("deepseek_v3", num_hidden_layers=2, kv_lora_rank=32, qk_rope_head_dim=8)
+def test_mla_caches_one_latent_head_of_rank_width_and_a_rotary_key():
+    config = AutoConfig.for_model("deepseek_v3", num_hidden_layers=2, kv_lora_rank=32, qk_rope_head_dim=8,
+                                  num_attention_heads=4, num_key_value_heads=4)
     layer = cache_geometry(config).layers[0]
-    assert layer.k_head_dim != layer.v_head_dim
+    assert (layer.kv_heads, layer.k_head_dim, layer.v_head_dim) == (1, 32, 8)
+    assert layer.expected_shapes(batch=2, seen=5, max_cache_len=None) == ((2, 1, 5, 32), (2, 1, 5, 8))
 
 
 def test_sliding_layers_keep_window_minus_one_and_static_keeps_window():
@@ -50,7 +52,7 @@ def test_linear_attention_layers_keep_no_kv_and_count_zero_bytes():
     config = AutoConfig.for_model("qwen3_next", num_hidden_layers=2, layer_types=["linear_attention", "full_attention"],
                                   num_attention_heads=4, num_key_value_heads=2, head_dim=16)
     geometry = cache_geometry(config)
-    assert [l.kind for l in geometry.layers] == [NO_KV, FULL]
+    assert [layer.kind for layer in geometry.layers] == [NO_KV, FULL]
     assert "linear_attention" in geometry.layers[0].reason
     assert geometry.expected_bytes(batch=1, seen=5, max_cache_len=None, bytes_per_value=2) == 2 * 2 * 16 * 5 * 2
 

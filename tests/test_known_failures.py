@@ -23,6 +23,7 @@ def test_the_expected_failure_is_an_xfail_with_its_kind_and_reason(known_run) ->
     rows = {key: row for key, row in known_run.rows().items() if key[0].startswith("broken-as-expected")}
     assert rows and {row["outcome"] for row in rows.values()} == {"xfail"}
     assert all("not a multiple of the number of attention heads" in row["message"] for row in rows.values())
+    assert {(row["reason"], row["xfail_kind"]) for row in rows.values()} == {("model bug: the build raises", "model bug")}
 
 
 def test_another_failure_of_the_same_check_is_not_hidden(known_run) -> None:
@@ -34,7 +35,7 @@ def test_another_failure_of_the_same_check_is_not_hidden(known_run) -> None:
 
 def test_a_fixed_bug_is_an_xpass_that_fails_the_run(known_run) -> None:
     row = known_run.rows()[("fixed[float32-cpu-dynamic]", "parity")]
-    assert row["outcome"] == "xpass"
+    assert (row["outcome"], row["reason"], row["xfail_kind"]) == ("xpass", "model bug: a bug that is gone", "model bug")
     assert "the known failure no longer occurs: remove its entry from the matrix" in row["message"]
     assert known_run.ret == 1, known_run.output[-2000:]
 
@@ -60,7 +61,7 @@ def test_entry_precedence_is_check_at_dtype_then_check_then_star() -> None:
 )
 def test_malformed_entries_are_named(raw, error) -> None:
     with pytest.raises(ValueError, match=None) as caught:
-        parse_known_failure(raw, "models[1]: bamba: xfail.parity")
+        parse_known_failure(raw, "models[1]: bamba: xfail.parity", release="5.24.0")
     assert error in str(caught.value) and "models[1]: bamba: xfail.parity" in str(caught.value)
 
 
@@ -69,6 +70,17 @@ def test_a_malformed_entry_in_the_matrix_is_a_matrix_error(tmp_path) -> None:
     (tmp_path / "matrix.yaml").write_text(text)
     with pytest.raises(MatrixError, match=r"models\[0\] \(id 'broken-as-expected'\): xfail\.\*: unknown field\(s\) expected; missing expect"):
         load_matrix(tmp_path / "matrix.yaml", known_model_types=lambda: ["llama"])
+
+
+def test_an_entry_can_name_the_transformers_releases_it_applies_to() -> None:
+    old_only = {"reason": "fixed in 5.24", "kind": "model bug", "expect": "x", "transformers": "<5.24"}
+    assert parse_known_failure(old_only, "e", release="5.20.0") == KnownFailure("fixed in 5.24", "model bug", "x")
+    assert parse_known_failure(old_only, "e", release="5.24.0") is None
+    newer = {"reason": "any release", "kind": "model limitation", "expect": "y"}
+    assert parse_known_failure([old_only, newer], "e", release="5.24.0").reason == "any release"
+    assert parse_known_failure([old_only, newer], "e", release="5.20.0").reason == "fixed in 5.24"
+    with pytest.raises(ValueError, match=r"e\[0\]\.transformers: 'soon' is not a version specifier"):
+        parse_known_failure([{**old_only, "transformers": "soon"}, newer], "e", release="5.24.0")
 
 
 def test_keys_select_cache_and_attention_as_well_as_dtype() -> None:

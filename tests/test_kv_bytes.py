@@ -150,7 +150,7 @@ def test_missing_hub_id_names_it_and_how_to_fetch(capsys):
     assert "kvconform-test/no-such-model" in err and "hf download kvconform-test/no-such-model" in err
 
 
-@pytest.mark.parametrize("argv, message", [
+@pytest.mark.parametrize(("argv", "message"), [
     ([], "give MODEL, --model-type"),
     (SEED_FLAGS[:4], "--head-dim"),
     (SEED_FLAGS[:6], "--tokens is required"),

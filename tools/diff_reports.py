@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kvconform.diff import (  # noqa: E402
+from kvconform.diff import (
     DEFAULT_FACTOR,
     DEFAULT_MARGIN,
     diff_documents,
@@ -22,8 +22,8 @@ from kvconform.diff import (  # noqa: E402
     render_diff_markdown,
     render_diff_text,
 )
-from kvconform.report import ReportError, load_document, write_text_atomic  # noqa: E402
-from kvconform.report_dir import describe_error  # noqa: E402
+from kvconform.report import ReportError, load_document, write_text_atomic
+from kvconform.report_dir import describe_error
 
 
 def _factor(text: str) -> float:

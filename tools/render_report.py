@@ -1,4 +1,4 @@
-"""Render Markdown and HTML (and a merged JSON) from one or more conformance.json shards.
+"""Render Markdown, HTML and JUnit XML (and a merged JSON) from one or more conformance.json shards.
 
 Usage: python tools/render_report.py A.json [B.json ...] [--out DIR]
 Exit status: 0 written, 2 bad input (an unreadable report, shards that cannot be merged, an --out that cannot be written).
@@ -12,8 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kvconform.report import load_document, merge_documents, totals_line, write_reports  # noqa: E402
-from kvconform.report_dir import describe_error, report_dir_problem  # noqa: E402
+from kvconform.report import load_document, merge_documents, totals_line, write_reports
+from kvconform.report_dir import describe_error, report_dir_problem
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,7 +1,5 @@
-"""Self-contained HTML rendering of a conformance report, with inline SVG parity charts.
-
-The page has no scripts and loads nothing from the network: styles are inline and each chart is
-an SVG generated here (log-scale parity Δ per decode step, one line per dtype plus its tolerance).
+"""Inline SVG charts of a report (no scripts): an overview of every model's peak Δ ÷ limit per dtype,
+and, per model, the parity Δ per decode step against each dtype's tolerance (log scales).
 """
 
 from __future__ import annotations
@@ -10,20 +8,8 @@ import math
 from html import escape
 from typing import Any
 
-from kvconform.report import (
-    BAD_OUTCOMES,
-    TOTAL_WORDS,
-    Doc,
-    cell_rows,
-    skipped_cells,
-    check_names,
-    environment_items,
-    failures,
-    outcome_counts,
-    outcome_label,
-    sorted_results,
-)
-from kvconform.run_status import banners
+from kvconform.report import views
+from kvconform.report.document import Doc
 
 #: Fixed colours for common dtypes; others take the next free colour of the fallback palette.
 DTYPE_COLOURS = {"float32": "#2563eb", "bfloat16": "#ea580c", "float16": "#059669"}
@@ -32,111 +18,6 @@ MARKERS = ("circle", "square", "diamond", "triangle")
 
 # Chart geometry (pixels): plot area inside the margins, legend to the right of it.
 WIDTH, MIN_HEIGHT, LEFT, RIGHT, TOP, BOTTOM, LEGEND_ROW = 860, 300, 72, 290, 24, 48, 18
-
-CSS = """
-:root { color-scheme: light; }
-body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
-       margin: 0 auto; max-width: 1280px; padding: 1.5rem 2rem 4rem; color: #1e293b; line-height: 1.45; }
-h1 { margin-bottom: .25rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #e2e8f0; padding-bottom: .2rem; }
-h3 { margin: 1.5rem 0 .4rem; font-size: 1.05rem; }
-table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: .88rem; }
-th, td { border: 1px solid #cbd5e1; padding: .28rem .6rem; text-align: left; vertical-align: top; }
-th { background: #f1f5f9; font-weight: 600; }
-table.env th { width: 11rem; }
-code, pre, .fig { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-.fig { font-size: .82em; color: #475569; margin-left: .35rem; }
-td.o-pass { background: #dcfce7; }
-td.o-fail, td.o-error, td.o-crashed { background: #fecaca; color: #7f1d1d; font-weight: 600; }
-td.o-fail .fig, td.o-error .fig, td.o-crashed .fig, td a { color: #7f1d1d; }
-td.o-skip { background: #f1f5f9; color: #64748b; }
-td.o-xfail { background: #fef3c7; }
-td.o-none { color: #94a3b8; text-align: center; }
-.totals span { display: inline-block; margin: 0 .4rem .3rem 0; padding: .1rem .55rem; border-radius: 999px;
-               background: #e2e8f0; font-size: .88rem; }
-.totals span.t-pass { background: #dcfce7; } .totals span.t-bad { background: #fecaca; font-weight: 600; }
-pre { background: #0f172a; color: #e2e8f0; padding: .75rem 1rem; border-radius: 6px; overflow-x: auto;
-      font-size: .82rem; white-space: pre-wrap; }
-.meta { margin: 0; padding-left: 1.2rem; font-size: .88rem; }
-figure { margin: 1rem 0 1.8rem; } figcaption { font-size: .8rem; color: #64748b; }
-svg.chart { max-width: 100%; height: auto; font-family: inherit; }
-p.banner { background: #fef3c7; border: 1px solid #f59e0b; padding: .6rem 1rem; border-radius: 6px; }
-"""
-
-
-# --------------------------------------------------------------------------- tables
-
-
-def _table(headers: list[str], rows: list[str], css_class: str = "") -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    cls = f' class="{css_class}"' if css_class else ""
-    return f"<table{cls}><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
-
-
-def _anchor(result: dict[str, Any]) -> str:
-    """Fragment id of a result's failure section."""
-    return escape(f"failure-{result.get('check', '')}-{result.get('cell_id', '')}".replace(" ", "_"))
-
-
-def _check_cell(result: dict[str, Any] | None) -> str:
-    if result is None:
-        return '<td class="o-none">—</td>'
-    outcome = result.get("outcome", "")
-    message = (result.get("message") or "").strip()
-    tip = " — ".join(p for p in (f"limit {result['limit']}" if result.get("limit") else "",
-                                 message.splitlines()[0] if message else "") if p)
-    title = f' title="{escape(tip)}"' if tip else ""
-    label = escape(outcome_label(outcome))
-    if outcome in BAD_OUTCOMES:
-        label = f'<a href="#{_anchor(result)}">{label}</a>'
-    figure = f'<span class="fig">{escape(result.get("measured", ""))}</span>' if result.get("measured") else ""
-    return f'<td class="o-{escape(outcome)}"{title}>{label}{figure}</td>'
-
-
-
-def _summary_table(doc: Doc) -> str:
-    checks = check_names(doc)
-    rows = []
-    for row in cell_rows(doc):
-        coords = "".join(f"<td>{escape(row[k])}</td>" for k in ("model", "dtype", "device", "cache"))
-        rows.append(f"<tr>{coords}{''.join(_check_cell(row['checks'].get(c)) for c in checks)}</tr>")
-    notes = "".join(f"<p><em>{count} cells not run: {escape(reason)}</em></p>" for reason, count in skipped_cells(doc))
-    if not rows:
-        return notes or "<p><em>No results.</em></p>"
-    return _table(["model", "dtype", "device", "cache", *checks], rows, "summary") + notes
-
-
-def _totals(doc: Doc) -> str:
-    badges = []
-    for outcome, n in outcome_counts(doc).items():
-        kind = "t-pass" if outcome == "pass" else "t-bad" if outcome in BAD_OUTCOMES and n else ""
-        badges.append(f'<span class="{kind}">{n} {escape(TOTAL_WORDS.get(outcome, outcome))}</span>')
-    return f'<p class="totals">{"".join(badges)}</p>'
-
-
-def _environment(doc: Doc) -> str:
-    rows = [f"<tr><th>{escape(k)}</th><td><code>{escape(v)}</code></td></tr>" for k, v in environment_items(doc)]
-    return f'<table class="env"><tbody>{"".join(rows)}</tbody></table>'
-
-
-def _excluded(doc: Doc) -> str:
-    entries = sorted(doc.get("excluded", []), key=lambda e: e.get("id", ""))
-    if not entries:
-        return "<p><em>None.</em></p>"
-    rows = ["<tr>" + "".join(f"<td>{escape(str(e.get(k, '')))}</td>" for k in ("id", "model_type", "reason")) + "</tr>"
-            for e in entries]
-    return _table(["id", "model_type", "reason"], rows)
-
-
-def _failure(result: dict[str, Any]) -> str:
-    title = f"{outcome_label(result['outcome'])}: {result.get('check', '')} · {result.get('cell_id', '')}"
-    meta = []
-    if result.get("measured") or result.get("limit"):
-        meta.append(f"measured <code>{escape(result.get('measured', ''))}</code>"
-                    f" (limit <code>{escape(result.get('limit', ''))}</code>)")
-    meta += [f"{key}: <code>{escape(result[key])}</code>" for key in ("source", "nodeid") if result.get(key)]
-    items = "".join(f"<li>{m}</li>" for m in meta)
-    return (f'<h3 id="{_anchor(result)}">{escape(title)}</h3><ul class="meta">{items}</ul>'
-            f"<pre>{escape(result.get('message', '') or '(no message)')}</pre>")
 
 
 # --------------------------------------------------------------------------- parity charts
@@ -149,11 +30,15 @@ def _fmt(value: float) -> str:
 def parity_series(doc: Doc) -> dict[str, list[dict[str, Any]]]:
     """Parity results with per-step deltas, grouped by model (sorted)."""
     series: dict[str, list[dict[str, Any]]] = {}
-    for result in sorted_results(doc):
-        steps = result.get("details", {}).get("step_max_abs_delta")
-        if result.get("check") == "parity" and steps:
+    for result in views.sorted_results(doc):
+        if result.get("check") == "parity" and result.get("details", {}).get("step_max_abs_delta"):
             series.setdefault(result["model"], []).append(result)
     return series
+
+
+def step_deltas(result: dict[str, Any]) -> list[float]:
+    """Per-step parity Δ of a result; a non-finite step (``null`` in the report) is ``inf``."""
+    return [math.inf if v is None else float(v) for v in result["details"]["step_max_abs_delta"]]
 
 
 def dtype_colours(doc: Doc) -> dict[str, str]:
@@ -252,7 +137,7 @@ def _series_label(result: dict[str, Any], detailed: bool) -> str:
     if detailed:
         label += f" · {result.get('device', '')} · {result.get('cache', '')}"
     if result.get("outcome") != "pass":
-        label += f" ({outcome_label(result.get('outcome', ''))})"
+        label += f" ({views.outcome_label(result.get('outcome', ''))})"
     return label
 
 
@@ -268,19 +153,19 @@ def _legend_text(x: float, y: float, text: str, small: bool = False) -> str:
 
 def _series(axes: _Axes, result: dict[str, Any], colour: str, shape: str, label: str) -> list[str]:
     """The polyline of one parity result, with a marker (and hover tooltip) per decode step."""
-    steps = [float(v) for v in result["details"]["step_max_abs_delta"]]
+    steps = step_deltas(result)
     points = [(axes.x(i), axes.y(v)) for i, v in enumerate(steps)]
     line = (f'<polyline class="series" fill="none" stroke="{colour}" stroke-width="2" '
             f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in points)}"/>')
     return [line] + [_marker(shape, x, y, colour, f"{label}, step {i + 1}: {_fmt(v)}")
-                     for i, ((x, y), v) in enumerate(zip(points, steps))]
+                     for i, ((x, y), v) in enumerate(zip(points, steps, strict=False))]
 
 
 def parity_chart(model: str, results: list[dict[str, Any]], colours: dict[str, str]) -> str:
     """An SVG chart of one model's parity Δ per decode step, with each dtype's tolerance dashed."""
     tolerances = sorted({(r.get("dtype", ""), r["details"]["tolerance"]) for r in results
                          if r["details"].get("tolerance") is not None})
-    values = [float(v) for r in results for v in r["details"]["step_max_abs_delta"]]
+    values = [v for r in results for v in step_deltas(r)]
     height = max(MIN_HEIGHT, TOP + LEGEND_ROW * (2 * len(results) + len(tolerances) + 1))
     n_steps = max(len(r["details"]["step_max_abs_delta"]) for r in results)
     axes = _Axes(n_steps, values + [t for _, t in tolerances], height)
@@ -296,7 +181,7 @@ def parity_chart(model: str, results: list[dict[str, Any]], colours: dict[str, s
     for index, result in enumerate(results):
         dtype, label = dtypes[index], _series_label(result, detailed)
         colour, shape = colours[dtype], MARKERS[dtypes[:index].count(dtype) % len(MARKERS)]
-        peak = max(math.inf if math.isnan(v) else float(v) for v in result["details"]["step_max_abs_delta"])
+        peak = max(math.inf if math.isnan(v) else v for v in step_deltas(result))
         parts += _series(axes, result, colour, shape, label)
         parts += [_legend_line(legend_x, legend_y, colour, dashed=False),
                   _marker(shape, legend_x + 12, legend_y, colour, label),
@@ -311,35 +196,72 @@ def parity_chart(model: str, results: list[dict[str, Any]], colours: dict[str, s
     return "".join(parts) + "</svg>"
 
 
-def _charts(doc: Doc) -> str:
-    colours = dtype_colours(doc)
-    figures = []
-    for model, results in parity_series(doc).items():
-        model_type = results[0].get("model_type", "")
-        caption = (f"{escape(model)} ({escape(model_type)}): measured parity Δ per decode step, log scale; "
-                   "dashed lines are the tolerances. Δ = 0 is drawn on the bottom edge, inf/nan on the top edge.")
-        figures.append(f'<figure id="parity-{escape(model)}"><h3>{escape(model)}</h3>'
-                       f"{parity_chart(model, results, colours)}<figcaption>{caption}</figcaption></figure>")
-    return "".join(figures) or "<p><em>No parity measurements.</em></p>"
+# --------------------------------------------------------------------------- overview: peak Δ ÷ limit per model and dtype
+
+#: Overview geometry (pixels): one row per dtype, a log-scale x axis of Δ ÷ limit.
+OVERVIEW_WIDTH, OVERVIEW_ROW, OVERVIEW_LEFT, OVERVIEW_RIGHT, OVERVIEW_TOP, OVERVIEW_BOTTOM = 1000, 88, 84, 24, 22, 66
+DOT = 3.0
+#: Dot colour per worst outcome (the rows already name the dtype).
+OUTCOME_COLOURS = {"pass": "#2563eb", "xfail": "#d97706", "xpass": "#9333ea", "fail": "#dc2626", "error": "#dc2626",
+                   "crashed": "#dc2626"}
 
 
-# --------------------------------------------------------------------------- page
+def _swarm_offsets(xs: list[float], half_height: float) -> list[float]:
+    """Vertical offsets that stack dots falling into the same pixel bin: 0, +d, −d, +2d, … (wrapping)."""
+    step, slots = 2 * DOT + 1, max(1, int(half_height // (2 * DOT + 1)))
+    used: dict[int, int] = {}
+    offsets = []
+    for x in xs:
+        n = used.get(int(x // step), 0)
+        used[int(x // step)] = n + 1
+        level = ((n + 1) // 2) % (slots + 1)
+        offsets.append(level * step * (1 if n % 2 else -1))
+    return offsets
 
 
-def render_html(doc: Doc) -> str:
-    """The full report as one self-contained HTML page (no scripts, no external resources)."""
-    failed = failures(doc)
-    failure_html = "".join(map(_failure, failed)) or "<p><em>None.</em></p>"
-    body = [
-        "<h1>KV cache conformance report</h1>",
-        *(f'<p class="banner"><strong>{escape(note)}</strong></p>' for note in banners(doc)),
-        _environment(doc),
-        "<h2>Summary</h2>", _totals(doc), _summary_table(doc),
-        "<h2>Parity margin per decode step</h2>", _charts(doc),
-        "<h2>Excluded architectures</h2>", _excluded(doc),
-        f"<h2>Failures ({len(failed)})</h2>", failure_html,
-    ]
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-            f"<title>KV cache conformance report</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            + "\n".join(body) + "\n</body>\n</html>\n")
+def overview_chart(peaks: list[dict[str, Any]]) -> str:
+    """One SVG: a row per dtype, a dot per model at its peak Δ ÷ limit (log x), the limit dashed at 1."""
+    dtypes = views.dtype_order(p["dtype"] for p in peaks)
+    lo, hi = _log_range([p["ratio"] for p in peaks] + [1.0])
+    x0, x1 = OVERVIEW_LEFT, OVERVIEW_WIDTH - OVERVIEW_RIGHT
+    height = OVERVIEW_TOP + OVERVIEW_ROW * len(dtypes) + OVERVIEW_BOTTOM
+    y_bottom = OVERVIEW_TOP + OVERVIEW_ROW * len(dtypes)
+
+    def x_of(value: float) -> float:
+        exponent = math.log10(value) if 0 < value < math.inf else (lo if value <= 0 else hi)
+        return x0 + (min(max(exponent, lo), hi) - lo) * (x1 - x0) / (hi - lo)
+
+    parts = [f'<svg class="chart overview" role="img" width="{OVERVIEW_WIDTH}" height="{height}" '
+             f'viewBox="0 0 {OVERVIEW_WIDTH} {height}"><title>Peak Δ ÷ limit per model and dtype</title>',
+             f'<rect x="{x0}" y="{OVERVIEW_TOP}" width="{x1 - x0}" height="{y_bottom - OVERVIEW_TOP}" fill="#ffffff" stroke="#94a3b8"/>']
+    zeros, infinite = any(p["ratio"] <= 0 for p in peaks), any(p["ratio"] == math.inf for p in peaks)
+    for exponent in range(lo, hi + 1):
+        x = x_of(10.0 ** exponent)
+        label = "0" if exponent == lo and zeros else "∞" if exponent == hi and infinite else f"1e{exponent}"
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{OVERVIEW_TOP}" y2="{y_bottom}" stroke="#e2e8f0"/>'
+                     f'<text x="{x:.1f}" y="{y_bottom + 15}" text-anchor="middle" font-size="11" fill="#475569">{label}</text>')
+    limit_x = x_of(1.0)
+    parts.append(f'<line x1="{limit_x:.1f}" x2="{limit_x:.1f}" y1="{OVERVIEW_TOP - 6}" y2="{y_bottom}" stroke="#dc2626" '
+                 f'stroke-width="1.5" stroke-dasharray="6 4"/><text x="{limit_x + 4:.1f}" y="{OVERVIEW_TOP - 8}" '
+                 'font-size="11" fill="#dc2626">limit</text>')
+    parts.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{y_bottom + 34}" text-anchor="middle" font-size="12" fill="#1e293b">'
+                 "peak |Δ| ÷ limit (log scale; pass ≤ 1)</text>")
+    for row, dtype in enumerate(dtypes):
+        centre = OVERVIEW_TOP + OVERVIEW_ROW * (row + 0.5)
+        parts.append(f'<text x="{x0 - 8}" y="{centre + 4:.1f}" text-anchor="end" font-size="12" fill="#1e293b">'
+                     f"{escape(dtype)}</text>")
+        mine = sorted((p for p in peaks if p["dtype"] == dtype), key=lambda p: (p["ratio"], p["model"]))
+        xs = [x_of(p["ratio"]) for p in mine]
+        for peak, x, dy in zip(mine, xs, _swarm_offsets(xs, OVERVIEW_ROW / 2 - DOT - 2), strict=False):
+            colour = OUTCOME_COLOURS.get(peak["outcome"], "#475569")
+            tip = (f"{peak['model']} · {dtype}: peak Δ ÷ limit {views.format_ratio(peak['ratio'])} "
+                   f"({views.outcome_label(peak['outcome'])})")
+            parts.append(f'<circle cx="{x:.1f}" cy="{centre + dy:.1f}" r="{DOT}" fill="{colour}" fill-opacity="0.8">'
+                         f"<title>{escape(tip)}</title></circle>")
+    legend = [("pass", OUTCOME_COLOURS["pass"]), ("xfail", OUTCOME_COLOURS["xfail"]), ("XPASS", OUTCOME_COLOURS["xpass"]),
+              ("FAIL / error / crashed", OUTCOME_COLOURS["fail"])]
+    for i, (label, colour) in enumerate(legend):
+        lx = x0 + i * 170
+        parts.append(f'<circle cx="{lx + 4}" cy="{y_bottom + 52}" r="{DOT + 1}" fill="{colour}"/>'
+                     f'<text x="{lx + 14}" y="{y_bottom + 56}" font-size="11" fill="#475569">{escape(label)}</text>')
+    return "".join(parts) + "</svg>"

@@ -1,0 +1,67 @@
+"""The one table of checks: name, what it asserts, when it applies to a cell, report column order.
+
+Plain data (no torch, no pytest): the cells, the reports and the suite read it; ``checks.run_check``
+binds each name to its function and refuses to import if the two ever differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvconform.matrix import Settings
+
+#: Cache kinds whose reference is a full-precision run: the fp8 cache leaves it by design (its frozen scale
+#: saturates), so quantized cells are judged against the fp8 design instead (README, "Cache paths").
+FULL_PRECISION = ("dynamic", "static")
+
+
+@dataclass(frozen=True)
+class CheckInfo:
+    """One conformance check."""
+
+    name: str
+    summary: str
+    enabled_by: str | None = None
+    """A matrix setting (``generate``, ``ragged``, ``beam`` …) that turns the check on per model."""
+    float32_only: bool = False
+    caches: tuple[str, ...] | None = None
+    """The cache kinds it runs on (``None``: all)."""
+    attention: str | None = None
+    """``default``: only with the model's own attention; ``other``: only with another one; ``None``: any."""
+
+    def applies(self, settings: Settings, dtype: str, cache: str = "dynamic", default_attention: bool = True) -> bool:
+        enabled = self.enabled_by is None or bool(getattr(settings, self.enabled_by))
+        attention = self.attention is None or (self.attention == "default") == default_attention
+        return (enabled and attention and (not self.float32_only or dtype == "float32")
+                and (self.caches is None or cache in self.caches))
+
+
+#: In report column order.
+CHECK_TABLE: tuple[CheckInfo, ...] = (
+    CheckInfo("parity", "cached next-token logits match one uncached pass at every decode step"),
+    CheckInfo("growth", "the cache grows by one position per step; each layer stores what its type keeps"),
+    CheckInfo("shapes", "every layer's K/V is [B, H_kv, S_layer, head_dim] with H_kv and head_dim from the config"),
+    CheckInfo("bytes", "the K/V bytes equal 2 x L x H_kv x d_head x N x B x bytes (per layer)"),
+    CheckInfo("generate", "generate() with and without the cache picks the same greedy tokens",
+              enabled_by="generate", float32_only=True, caches=FULL_PRECISION),
+    CheckInfo("ragged", "a left-padded batch: each row matches its own unpadded uncached pass", enabled_by="ragged",
+              caches=FULL_PRECISION),
+    CheckInfo("prefix_reuse", "a copied prefix cache, extended and decoded, matches a fresh run", enabled_by="prefix_reuse",
+              caches=FULL_PRECISION),
+    CheckInfo("crop", "a prefilled cache cropped back 3 tokens and decoded again matches a fresh run", enabled_by="crop",
+              caches=FULL_PRECISION),
+    CheckInfo("beam", "beam search with and without the cache returns the same beams and scores", enabled_by="beam",
+              float32_only=True, caches=("dynamic",)),
+    CheckInfo("reorder", "reorder_cache on a prefilled cache equals prefilling the rows in that order", enabled_by="beam",
+              float32_only=True, caches=("static", "quantized")),
+    CheckInfo("padded_generate", "generate() on a left-padded batch picks the same tokens with and without the cache",
+              enabled_by="padded_generate", float32_only=True, caches=FULL_PRECISION, attention="default"),
+    CheckInfo("attn_agreement", "this attention and the model's default agree on uncached logits", float32_only=True,
+              caches=("dynamic",), attention="other"),
+    CheckInfo("quantized_kv", "the fp8 cache stores its design's frozen-scale float8 round trip of every value",
+              caches=("quantized",)),
+)
+CHECKS: dict[str, CheckInfo] = {check.name: check for check in CHECK_TABLE}
+CHECK_ORDER: tuple[str, ...] = tuple(CHECKS)
+#: Checks that read an extra cache path of the probe (a record of that name).
+PATH_CHECKS: tuple[str, ...] = ("ragged", "prefix_reuse", "crop", "reorder")
