@@ -50,8 +50,9 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
               caches=FULL_PRECISION),
     CheckInfo("crop", "a prefilled cache cropped back 3 tokens and decoded again matches a fresh run", enabled_by="crop",
               caches=FULL_PRECISION),
+    # With the model's own attention: on 5.24 every beam failure of an eager cell repeated its sdpa cell's (README).
     CheckInfo("beam", "beam search with and without the cache returns the same beams and scores", enabled_by="beam",
-              float32_only=True, caches=("dynamic",)),
+              float32_only=True, caches=("dynamic",), attention="default"),
     CheckInfo("reorder", "reorder_cache on a prefilled cache equals prefilling the rows in that order", enabled_by="beam",
               float32_only=True, caches=("static", "quantized")),
     CheckInfo("padded_generate", "generate() on a left-padded batch picks the same tokens with and without the cache",

@@ -89,7 +89,7 @@ class CellRunner:
             batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
             seed=settings.seed, cache=cell.cache, device=cell.device,
             generate=check_applies("generate", cell),
-            ragged=settings.ragged and untestable("ragged", cell) is None, prefix_reuse=settings.prefix_reuse,
+            ragged=check_applies("ragged", cell) and untestable("ragged", cell) is None, prefix_reuse=check_applies("prefix_reuse", cell),
             crop=check_applies("crop", cell), reorder=check_applies("reorder", cell),
             # K/V localization compares stored tensors: a quantized cache stores other values by design.
             locate_tolerance=None if cell.cache == "quantized" else cell.tolerance,
