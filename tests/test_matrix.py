@@ -152,7 +152,7 @@ def test_sweep_names_unknown_to_this_release_are_kept_aside_not_fatal() -> None:
     ({"sweep": "causal-lm", "exclude": {"qwen2": 3}}, ["models[0]", "'exclude.qwen2' must be str"]),
     ({"sweep": "causal-lm", "xfail": {"mistral": {"parity": 1}}}, ["models[0]: mistral: xfail.parity", "must be a mapping with reason, kind, expect, got int"]),
     ({"sweep": "causal-lm", "id": "all"}, ["models[0] (id 'all')", "'id' is not allowed in a sweep entry"]),
-    ({"sweep": "seq2seq"}, ["models[0]", "'sweep' must be 'causal-lm'"]),
+    ({"sweep": "seq2sek"}, ["models[0]", "unknown family 'seq2sek'. Did you mean: seq2seq?"]),
 ])
 def test_sweep_errors(entry: dict[str, Any], fragments: list[str]) -> None:
     message = parse_error([entry])
