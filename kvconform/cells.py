@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvconform.families import CAUSAL_LM, family_checks
+from kvconform.families import CAUSAL_LM, EXTRA_CHECKS, family_checks
 from kvconform.matrix import Matrix, ModelSpec, Tolerance
 
 
@@ -34,6 +34,8 @@ def check_applies(check: str, cell: Cell) -> bool:
     """Whether ``check`` runs on ``cell`` (optional checks are enabled per model; family cells run their family's)."""
     if cell.spec.family != CAUSAL_LM:
         return check in family_checks(cell.spec.family)
+    if any(check in extra for extra in EXTRA_CHECKS.values()):
+        return False
     if check not in OPTIONAL_CHECKS:
         return True
     return bool(getattr(cell.spec.settings, check)) and (check != "generate" or cell.dtype == "float32")

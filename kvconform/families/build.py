@@ -8,8 +8,6 @@ image tokens, and T5-style ``d_kv`` and multimodal rotary sections follow the sh
 from __future__ import annotations
 
 import copy
-import importlib
-import inspect
 from typing import Any, Mapping
 
 import torch
@@ -28,6 +26,12 @@ TOWER_SIZES = {
     "embed_dim": 64,
     "d_kv": 16,  # T5-style per-head width (d_model 64 / 4 heads)
     "vision_layers": 2,
+    # Tower output widths that must equal the text model's hidden size.
+    "out_hidden_size": SIZES["hidden_size"],
+    "text_hidden_size": SIZES["hidden_size"],
+    "projection_dim": SIZES["hidden_size"],
+    # Gemma-3-style pooling of the patch grid to this many tokens: 4 × 4 patches pooled to 2 × 2.
+    "mm_tokens_per_image": 4,
 }
 #: Multimodal rotary sections the modeling code uses when the config gives none (Qwen2-VL: 16, 24, 24 of 64).
 DEFAULT_MROPE_SECTION = (16, 24, 24)
@@ -35,14 +39,26 @@ HEAD_DIM = SIZES["head_dim"]
 
 
 def _shrink_towers(values: dict[str, Any]) -> None:
-    """``TOWER_SIZES`` in place, at every level of nested sub-configs."""
+    """``TOWER_SIZES`` in place, at every level of nested sub-configs.
+
+    Windowed vision attention (Qwen2.5-VL) gets windows of 2 × 2 merged patches, so the 4 × 4 grid holds
+    several windows, and one of its two blocks attends globally.
+    """
+    if "spatial_merge_size" in values and _is_positive(values.get("window_size")):
+        values["window_size"] = TOWER_SIZES["patch_size"] * int(values["spatial_merge_size"]) * 2
+    if isinstance(values.get("fullatt_block_indexes"), list):
+        values["fullatt_block_indexes"] = [TOWER_SIZES["depth"] - 1]
     for key, value in list(values.items()):
         if isinstance(value, dict):
             _shrink_towers(value)
-        elif key in TOWER_SIZES and isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        elif key in TOWER_SIZES and _is_positive(value):
             values[key] = TOWER_SIZES[key]
         elif key in TOWER_SIZES and isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
             values[key] = [TOWER_SIZES[key]] * 2
+
+
+def _is_positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _scaled_section(section: list[int], total: int) -> list[int]:
@@ -52,21 +68,20 @@ def _scaled_section(section: list[int], total: int) -> list[int]:
     return scaled
 
 
-def _uses_mrope(config: PreTrainedConfig) -> bool:
-    """Whether the model's code reads ``mrope_section`` (falling back to a default sized for head_dim 128)."""
-    module = importlib.import_module(type(config).__module__.replace(".configuration_", ".modeling_"))
-    return "mrope_section" in inspect.getsource(module)
+def _fit_mrope(values: dict[str, Any]) -> None:
+    """Multimodal rotary sections resized to the shrunk rotary half-width, in every flat ``rope_parameters``.
 
-
-def _fit_mrope(values: dict[str, Any], uses_mrope: bool) -> None:
-    """Multimodal rotary sections resized to the shrunk rotary half-width (they must sum to head_dim / 2)."""
+    Qwen-VL-style models split the rotary half-width into (temporal, height, width) sections that must sum
+    to it, and fall back to sections sized for head_dim 128 when the config names none; models without
+    multimodal rotary positions ignore the field.
+    """
     for sub in [values, *(v for v in values.values() if isinstance(v, dict))]:
         rope = sub.get("rope_parameters")
-        if not isinstance(rope, dict) or "vision_config" in sub:
+        if not isinstance(rope, dict) or not {"rope_type", "rope_theta"} & set(rope) or "vision_config" in sub:
             continue
-        section = rope.get("mrope_section") or (list(DEFAULT_MROPE_SECTION) if uses_mrope else None)
-        if section:
-            rope["mrope_section"] = _scaled_section(list(section), HEAD_DIM // 2)
+        head_dim = sub.get("head_dim") or HEAD_DIM
+        rotary = int(head_dim * float(rope.get("partial_rotary_factor") or sub.get("partial_rotary_factor") or 1.0))
+        rope["mrope_section"] = _scaled_section(list(rope.get("mrope_section") or DEFAULT_MROPE_SECTION), rotary // 2)
 
 
 def _default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConfig:
@@ -86,7 +101,8 @@ def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, A
     full = default.to_dict()
     merged = copy.deepcopy({**full, **shrink_values(full)})  # shrink_values returns sub-configs whole
     _shrink_towers(merged)
-    _fit_mrope(merged, _uses_mrope(default))
+    if family == VISION_LANGUAGE:
+        _fit_mrope(merged)
     # Only what changed goes back in (sub-configs whole), as the causal shrink does.
     values = {key: value for key, value in merged.items() if value != full.get(key)}
     merge_overrides(values, fixes)

@@ -164,17 +164,23 @@ def _pairs(decoded: list[Any], fresh: list[Any]) -> list[Any]:
 
 
 def _locate(driver: Driver, cache: Any, full: torch.Tensor) -> Divergence | None:
-    """The first layer and position where the decoded cache departs from a fresh cached pass over ``full``."""
+    """The first layer and position where the decoded cache departs from a fresh cached pass over ``full``.
+
+    Layer by layer, each layer's self-attention half before its other halves (cross-attention), so a wrong
+    cross-attention cache in layer 0 is named before the self-attention K/V of layer 1 it corrupts.
+    """
     fresh = returned_cache(driver.fresh(full)) if driver.fresh is not None else None
     if fresh is None:
         return None
-    found = locate_divergence(_pairs(cache_layers(cache), cache_layers(fresh)), valid_length=full.shape[1])
-    if found is not None:
-        return found
-    for name, layers_of in driver.extra_halves.items():
-        decoded, wanted = layers_of(cache), layers_of(fresh)
-        length = max((getattr(l, "keys").shape[-2] for l in wanted if isinstance(getattr(l, "keys", None), torch.Tensor)), default=0)
-        found = locate_divergence(_pairs(decoded, wanted), valid_length=length)
-        if found is not None:
-            return Divergence(found.layer, found.position, f"{name} {found.tensor}", found.kind, found.detail)
+    halves = [("", cache_layers, full.shape[1]), *((name, layers_of, None) for name, layers_of in driver.extra_halves.items())]
+    paired = {name: _pairs(layers_of(cache), layers_of(fresh)) for name, layers_of, _ in halves}
+    for index in range(max(len(pairs) for pairs in paired.values())):
+        for name, _, length in halves:
+            pair = paired[name][index] if index < len(paired[name]) else None
+            if pair is None:
+                continue
+            found = locate_divergence([pair], valid_length=length or pair[2].shape[-2])
+            if found is not None:
+                tensor = f"{name} {found.tensor}" if name else found.tensor
+                return Divergence(index, found.position, tensor, found.kind, found.detail)
     return None

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers.modeling_outputs import BaseModelOutput
 
 from kvconform.cache_io import cache_keyword
 from kvconform.families import CROSS_HALF
@@ -37,11 +36,17 @@ def cross_layers(cache: Any) -> list[Any]:
 
 
 def _decoder_start(model: torch.nn.Module) -> int:
-    for source in (model.generation_config, model.config, getattr(model.config, "decoder", None)):
-        value = getattr(source, "decoder_start_token_id", None) if source is not None else None
-        if isinstance(value, int):
-            return value
-    return 0
+    """The first decoder token as ``generate()`` picks it: ``decoder_start_token_id``, else ``bos_token_id``.
+
+    Never a pad id: models that mask pad tokens would leave the first query nothing to attend to.
+    """
+    decoder = getattr(model.config, "decoder", None)
+    for name in ("decoder_start_token_id", "bos_token_id"):
+        for source in (model.generation_config, model.config, decoder):
+            value = getattr(source, name, None) if source is not None else None
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return 3
 
 
 def probe_encoder_decoder(model: torch.nn.Module, plan: ProbePlan) -> EncoderDecoderRun:
@@ -59,12 +64,17 @@ def probe_encoder_decoder(model: torch.nn.Module, plan: ProbePlan) -> EncoderDec
     encoded: dict[str, Any] = {}
 
     def prefill() -> Any:
-        output = model(**encoder_in.tensors, decoder_input_ids=prompt, use_cache=True)
-        encoded["outputs"] = BaseModelOutput(last_hidden_state=output.encoder_last_hidden_state)
-        return output
+        # As generate() does: the encoder once, then every decoder call (prefill included) reads its output.
+        encoded["outputs"] = model.get_encoder()(**encoder_in.tensors)
+        return decoder(prompt, True)
 
     def decoder(ids: torch.Tensor, use_cache: bool, **extra: Any) -> Any:
         return model(encoder_outputs=encoded["outputs"], decoder_input_ids=ids, use_cache=use_cache, **extra)
+
+    def reference(ids: torch.Tensor) -> Any:
+        # The encoder inputs too, as a teacher-forced call passes them: some models build the decoder's causal
+        # mask only from them (FSMT); the encoder itself is not run again (its output is given).
+        return decoder(ids, False, **encoder_in.tensors)
 
     def step(token: torch.Tensor, cache: Any) -> Any:
         output = decoder(token, True, **{keyword: cache})
@@ -75,7 +85,7 @@ def probe_encoder_decoder(model: torch.nn.Module, plan: ProbePlan) -> EncoderDec
         prompt=prompt,
         prefill=prefill,
         step=step,
-        reference=lambda ids: decoder(ids, False),
+        reference=reference,
         fresh=lambda ids: decoder(ids, True),
         forbidden=forbidden,
         extra_halves={CROSS_HALF: cross_layers},
@@ -84,4 +94,4 @@ def probe_encoder_decoder(model: torch.nn.Module, plan: ProbePlan) -> EncoderDec
         run = drive(model, plan, driver)
     finally:
         hook.remove()
-    return EncoderDecoderRun(run, int(encoded["outputs"].last_hidden_state.shape[1]), encoded["calls"], encoder_in.recipe)
+    return EncoderDecoderRun(run, int(encoded["outputs"][0].shape[1]), encoded["calls"], encoder_in.recipe)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvconform.families import CROSS_HALF, SELF_HALF
-from kvconform.geometry import FULL, CacheGeometry, LayerGeometry
+from kvconform.geometry import FULL, CacheGeometry, LayerGeometry, cache_geometry
 
 
 def _get(config: Any, *names: str) -> tuple[Any, str | None]:
@@ -30,7 +30,7 @@ def _decoder_config(config: Any) -> Any:
     config and moves ``decoder_layers`` to ``num_hidden_layers`` (which BART maps to ``encoder_layers``),
     and the deleted ``decoder_layers`` then reads the class default (whisper: 4 for a 2-layer decoder).
     """
-    for name in ("decoder", "text_config", "generator"):
+    for name in ("decoder", "decoder_config", "text_config", "generator"):
         sub = getattr(config, name, None)
         if sub is not None and hasattr(sub, "to_dict"):
             return sub
@@ -73,8 +73,17 @@ class CrossLayerGeometry(LayerGeometry):
 
 
 def self_attention_geometry(config: Any) -> tuple[CacheGeometry, str]:
-    """The decoder self-attention half and a one-line explanation."""
+    """The decoder self-attention half and a one-line explanation.
+
+    A decoder sub-config is read by the causal rules (``layer_types``, sliding windows, KV heads); a flat
+    encoder-decoder config by its ``decoder_*`` fields.
+    """
     heads = decoder_heads(config)
+    decoder = _decoder_config(config)
+    if decoder is not config:
+        geometry = cache_geometry(decoder)
+        kinds = sorted({layer.reason for layer in geometry.layers})
+        return geometry, f"{SELF_HALF}: {heads.evidence}; layer kinds: {'; '.join(kinds)}"
     layers = tuple(
         LayerGeometry(i, FULL, f"{SELF_HALF} layer {i}", heads.kv_heads, heads.head_dim, heads.head_dim)
         for i in range(heads.layers)

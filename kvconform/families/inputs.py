@@ -129,6 +129,15 @@ def count_image_features(model: torch.nn.Module, tensors: dict[str, torch.Tensor
     return sum(int(f.reshape(-1, f.shape[-1]).shape[0]) for f in features)
 
 
+def encoder_config(config: Any) -> Any:
+    """The encoder's sub-config of a composite config, else the flat config."""
+    for name in ("encoder", "encoder_config", "audio_config"):
+        sub = getattr(config, name, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            return sub
+    return config
+
+
 @dataclass
 class EncoderInputs:
     """What the encoder reads, and how it was shaped."""
@@ -141,11 +150,11 @@ class EncoderInputs:
 def encoder_inputs(model: torch.nn.Module, batch: int, length: int, seed: int, forbidden: set[int]) -> EncoderInputs:
     """Random token ids (text) or features/waveforms shaped from the config (speech) for ``model.main_input_name``."""
     config = model.config
-    name = getattr(model, "main_input_name", "input_ids")
+    name = getattr(model.get_encoder(), "main_input_name", None) or model.main_input_name
     generator = torch.Generator().manual_seed(seed + 2)
     device = next(p.device for p in model.parameters())
     dtype = next(model.parameters()).dtype
-    encoder = getattr(config, "encoder", None) or config
+    encoder = encoder_config(config)
     if name == "input_ids":
         vocab = int(_first(encoder, "vocab_size") or _first(config, "vocab_size"))
         ids = text_ids(batch, length, seed + 2, vocab, forbidden)
@@ -155,16 +164,22 @@ def encoder_inputs(model: torch.nn.Module, batch: int, length: int, seed: int, f
         return EncoderInputs({"input_values": wave.to(device, dtype)}, f"input_values [B, {SPEECH_SAMPLES}] (waveform)")
     if name != "input_features":
         raise ValueError(f"{type(model).__name__}: no synthetic encoder input for main_input_name {name!r}")
-    mel_bins = _first(encoder, "num_mel_bins")
-    if mel_bins is not None:
-        # Whisper-style: [B, mel bins, frames]; two stride-1/stride-2 convolutions make max_source_positions.
-        source = _first(encoder, "max_source_positions")
-        frames = 2 * int(source) if source else SPEECH_FRAMES
-        features = torch.randn(batch, int(mel_bins), frames, generator=generator)
-        return EncoderInputs({"input_features": features.to(device, dtype)}, f"input_features [B, {mel_bins}, {frames}]")
-    width = _first(encoder, "input_feat_per_channel", "feature_size", "input_dim", "feature_projection_input_dim")
+    width = _first(encoder, "num_mel_bins", "input_feat_per_channel", "feature_size", "input_dim", "feature_projection_input_dim")
     if width is None:
         raise ValueError(f"{type(config).__name__}: no feature width (num_mel_bins, input_feat_per_channel, feature_size)")
     width = int(width) * int(_first(encoder, "input_channels") or 1)
+    if _first(encoder, "num_mel_bins") is not None and _channels_first(model.get_encoder(), width):
+        # Whisper-style [B, features, frames]: two convolutions (stride 1, 2) make max_source_positions positions.
+        source = _first(encoder, "max_source_positions")
+        frames = 2 * int(source) if source else SPEECH_FRAMES
+        features = torch.randn(batch, width, frames, generator=generator)
+        return EncoderInputs({"input_features": features.to(device, dtype)}, f"input_features [B, {width}, {frames}]")
     features = torch.randn(batch, SPEECH_FRAMES, width, generator=generator)
     return EncoderInputs({"input_features": features.to(device, dtype)}, f"input_features [B, {SPEECH_FRAMES}, {width}]")
+
+
+def _channels_first(encoder: torch.nn.Module, width: int) -> bool:
+    """Whether the encoder's first layer is a 1-D convolution over ``width`` mel channels ([B, features, frames]);
+    Speech2Text's convolutions also read per-channel features but transpose [B, frames, features] themselves."""
+    first = next((m for m in encoder.modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Linear))), None)
+    return isinstance(first, torch.nn.Conv1d) and first.in_channels == width

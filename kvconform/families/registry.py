@@ -58,11 +58,11 @@ def _structural_reason(family: str, model_type: str) -> str | None:
         if model_type in seq2seq:
             return "an encoder-decoder: the seq2seq sweep runs it"
         return None
-    if family == SPEECH_SEQ2SEQ and model_type in seq2seq:
-        return "also in the seq2seq mapping: the seq2seq sweep runs it"
     if _is_encoder_decoder(model_type) is False:
         return ("decoder-only (config.is_encoder_decoder is False): an audio-language model with no cross-attention "
                 "cache, outside the encoder-decoder sweeps")
+    if family == SPEECH_SEQ2SEQ and model_type in seq2seq:
+        return "also in the seq2seq mapping: the seq2seq sweep runs it"
     return None
 
 
