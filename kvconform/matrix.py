@@ -393,8 +393,8 @@ def _family_entry(
         raise MatrixError(unknown_message(f"{label}: unknown family", str(family), FAMILIES))
     if "sweep" in entry and "family" in entry:
         raise MatrixError(f"{label}: a sweep names its family itself; drop the field 'family'")
-    if family_sweeps is None:
-        raise MatrixError(f"{label}: family {family!r} needs the installed transformers' family mappings")
+    if family_sweeps is None:  # the installed transformers' mappings (imported only when a family entry needs them)
+        from kvconform.families.registry import sweep_types as family_sweeps
     types, left_out = family_sweeps(family)
     if "sweep" not in entry:
         spec = _parse_model({k: v for k, v in entry.items() if k != "family"}, defaults, label, [*types, *left_out])

@@ -127,3 +127,15 @@ def test_positions_that_drift_after_the_image_are_caught_and_located(fault):
     assert f"layer 0, position {prompt} (keys): keys differ while values agree" in results["parity"].message, results["parity"].message
     assert results["text_only"].passed, "a text-only prompt has no image to drift after"
     assert results["growth"].passed and results["shapes"].passed
+
+
+@pytest.mark.parametrize("script", ["fsmt_cached_prefill_not_causal.py", "qwen2_vl_stale_rope_deltas.py"])
+def test_family_findings_reproduce_without_kvconform(script):
+    """The standalone scripts (torch + transformers only) behind the families' findings exit 1: the bug is there."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "repros" / script
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=path.parent)
+    assert done.returncode == 1, done.stdout + done.stderr[-2000:]

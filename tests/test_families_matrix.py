@@ -87,3 +87,20 @@ def test_installed_sweeps_cover_the_issue_models_and_give_reasons() -> None:
 ])
 def test_a_checkpoint_config_names_its_family(config: dict, family: str) -> None:
     assert family_of_config(config) == family
+
+
+def test_the_default_matrix_runs_or_excludes_every_family_type() -> None:
+    from kvconform.architecture_table import load_architecture_table
+    from kvconform.families import ID_SUFFIX
+    from kvconform.families.registry import family_model_types
+    from kvconform.matrix import load_matrix
+    from kvconform.synthetic import causal_lm_model_types
+
+    repo = Path(__file__).resolve().parents[1]
+    matrix = load_matrix(repo / "model_matrix.yaml", known_model_types=causal_lm_model_types,
+                         excluded_types=load_architecture_table()[1])
+    for family, suffix in ID_SUFFIX.items():
+        wanted = {f"{model_type}-{suffix}" for model_type in family_model_types(family)}
+        run = {m.id for m in matrix.models if m.family == family}
+        assert run | (set(matrix.excluded) & wanted) == wanted, family
+        assert not run & set(matrix.excluded), family
