@@ -139,3 +139,18 @@ def test_family_findings_reproduce_without_kvconform(script):
     path = Path(__file__).resolve().parents[1] / "tools" / "repros" / script
     done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, cwd=path.parent)
     assert done.returncode == 1, done.stdout + done.stderr[-2000:]
+
+
+def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model, tmp_path):
+    """``--model FOLDER`` of an encoder-decoder: the family comes from config.json, the probe from the family."""
+    from kvconform.cli_models import spec_from_argument
+    from kvconform.matrix import Settings
+    from kvconform.models import load_master
+
+    family_model("whisper").save_pretrained(tmp_path / "tiny-whisper")
+    spec = spec_from_argument(str(tmp_path / "tiny-whisper"), Settings())
+    assert spec.family == SPEECH_SEQ2SEQ
+    loaded = load_master(spec)
+    assert type(loaded).__name__ == "WhisperForConditionalGeneration"
+    _, results = probe_and_check(loaded, spec.family)
+    assert all(r.passed for r in results.values()), {n: r.message for n, r in results.items() if not r.passed}
