@@ -27,8 +27,8 @@ class Cell:
 
 
 def check_applies(check: str, cell: Cell) -> bool:
-    """Whether ``check`` runs on ``cell`` (see the check table)."""
-    return CHECKS[check].applies(cell.spec.settings, cell.dtype)
+    """Whether ``check`` runs on ``cell`` (see the check table: its families, setting and dtypes)."""
+    return CHECKS[check].applies(cell.spec.settings, cell.dtype, cell.spec.family)
 
 
 def ragged_row_lengths(batch_size: int, prompt_length: int) -> list[int]:

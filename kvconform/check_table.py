@@ -1,13 +1,15 @@
 """The one table of checks: name, what it asserts, when it applies to a cell, report column order.
 
-Plain data (no torch, no pytest): the cells, the reports and the suite read it; ``checks.run_check``
-binds each name to its function and refuses to import if the two ever differ.
+Plain data (no torch, no pytest): the cells, the reports and the suites read it. ``checks.run_check``
+binds the checks causal-LM cells run, ``families.checks.run_family_check`` the ones only other
+families run; each refuses to import if its bindings and the table ever differ.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvconform.families import CAUSAL_LM, ENCODER_DECODER, FAMILIES, VISION_LANGUAGE
 from kvconform.matrix import Settings
 
 
@@ -20,10 +22,12 @@ class CheckInfo:
     enabled_by: str | None = None
     """A matrix setting (``generate``, ``ragged``, ``prefix_reuse``) that turns the check on per model."""
     float32_only: bool = False
+    families: tuple[str, ...] = FAMILIES
+    """The model families whose cells run the check (``kvconform.families``)."""
 
-    def applies(self, settings: Settings, dtype: str) -> bool:
+    def applies(self, settings: Settings, dtype: str, family: str) -> bool:
         enabled = self.enabled_by is None or bool(getattr(settings, self.enabled_by))
-        return enabled and (not self.float32_only or dtype == "float32")
+        return family in self.families and enabled and (not self.float32_only or dtype == "float32")
 
 
 #: In report column order.
@@ -33,11 +37,25 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("shapes", "every layer's K/V is [B, H_kv, S_layer, head_dim] with H_kv and head_dim from the config"),
     CheckInfo("bytes", "the K/V bytes equal 2 x L x H_kv x d_head x N x B x bytes (per layer)"),
     CheckInfo("generate", "generate() with and without the cache picks the same greedy tokens",
-              enabled_by="generate", float32_only=True),
-    CheckInfo("ragged", "a left-padded batch: each row matches its own unpadded uncached pass", enabled_by="ragged"),
-    CheckInfo("prefix_reuse", "a copied prefix cache, extended and decoded, matches a fresh run", enabled_by="prefix_reuse"),
+              enabled_by="generate", float32_only=True, families=(CAUSAL_LM,)),
+    CheckInfo("ragged", "a left-padded batch: each row matches its own unpadded uncached pass", enabled_by="ragged",
+              families=(CAUSAL_LM,)),
+    CheckInfo("prefix_reuse", "a copied prefix cache, extended and decoded, matches a fresh run", enabled_by="prefix_reuse",
+              families=(CAUSAL_LM,)),
+    CheckInfo("cross_growth", "every cross-attention layer holds the encoder length from the prefill on, never growing",
+              families=ENCODER_DECODER),
+    CheckInfo("cross_shapes", "cross-attention K/V are [B, H_kv, encoder length, head_dim] with the decoder's heads",
+              families=ENCODER_DECODER),
+    CheckInfo("cross_bytes", "cross-attention K/V bytes equal the formula with S = encoder length", families=ENCODER_DECODER),
+    CheckInfo("encoder_once", "the encoder runs once; the cross K/V written at the prefill are read at every step",
+              families=ENCODER_DECODER),
+    CheckInfo("text_only", "a text-only prompt on a vision-language model: parity and growth", families=(VISION_LANGUAGE,)),
 )
 CHECKS: dict[str, CheckInfo] = {check.name: check for check in CHECK_TABLE}
 CHECK_ORDER: tuple[str, ...] = tuple(CHECKS)
+#: Checks that read a ``ProbeRecord`` (``suites/test_conformance.py``): every check causal-LM cells can run.
+RECORD_CHECKS: tuple[str, ...] = tuple(check.name for check in CHECK_TABLE if CAUSAL_LM in check.families)
+#: Checks that read a family probe (``suites/test_families.py``): the ones only other families run.
+FAMILY_CHECKS: tuple[str, ...] = tuple(check.name for check in CHECK_TABLE if CAUSAL_LM not in check.families)
 #: Checks that read an extra cache path of the probe (a record of that name).
 PATH_CHECKS: tuple[str, ...] = ("ragged", "prefix_reuse")

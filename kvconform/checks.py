@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any, NamedTuple
 
 from kvconform.cache_io import LayerState
-from kvconform.check_table import CHECK_ORDER, CHECKS, PATH_CHECKS
+from kvconform.check_table import PATH_CHECKS, RECORD_CHECKS
 from kvconform.geometry import CacheGeometry, LayerGeometry
 from kvconform.matrix import Tolerance
 from kvconform.probe import ProbeRecord, StepRecord
@@ -327,8 +327,8 @@ _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResu
     "generate": lambda record, geometry, explanation, tolerance: generate(record, tolerance),
     **{name: partial(_path, name) for name in PATH_CHECKS},
 }
-if set(_RUN) != set(CHECKS):  # the check table and its functions must name the same checks
-    raise ImportError(f"kvconform.checks binds {sorted(_RUN)}, the check table lists {sorted(CHECKS)}")
+if set(_RUN) != set(RECORD_CHECKS):  # the check table and its functions must name the same checks
+    raise ImportError(f"kvconform.checks binds {sorted(_RUN)}, the check table's record checks are {sorted(RECORD_CHECKS)}")
 
 
 def run_check(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> CheckResult:
@@ -339,4 +339,4 @@ def run_check(name: str, record: ProbeRecord, geometry: CacheGeometry, explanati
 def run_all(record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> dict[str, CheckResult]:
     """Every check on one record (the extra paths the probe ran), keyed by check name, in table order."""
     return {name: run_check(name, record, geometry, explanation, tolerance)
-            for name in CHECK_ORDER if name not in PATH_CHECKS or name in record.paths}
+            for name in RECORD_CHECKS if name not in PATH_CHECKS or name in record.paths}

@@ -10,12 +10,12 @@ from kvconform.matrix import Matrix
 def render_listing(matrix: Matrix) -> str:
     rows = [
         (spec.id, spec.model_type or "(from checkpoint)", f"{spec.source}:{spec.location}",
-         ",".join(spec.settings.dtypes), ",".join(spec.settings.devices), ",".join(spec.settings.caches))
+         ",".join(spec.settings.dtypes), ",".join(spec.settings.devices), ",".join(spec.settings.caches), spec.family)
         for spec in matrix.models
     ]
     parts = [
         f"{matrix.path}: {len(matrix.models)} models",
-        tabulate(rows, headers=("id", "model_type", "source", "dtypes", "devices", "caches"), tablefmt="github"),
+        tabulate(rows, headers=("id", "model_type", "source", "dtypes", "devices", "caches", "family"), tablefmt="github"),
     ]
     if matrix.excluded:
         excluded = sorted(matrix.excluded.items())

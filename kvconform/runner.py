@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvconform.cells import Cell, check_applies, untestable
+from kvconform.families import CAUSAL_LM
 from kvconform.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.models import load_master, model_in_dtype
 from kvconform.probe import ProbePlan, ProbeRecord, run_probe
@@ -24,6 +25,8 @@ class CellOutcome:
     load_s: float = 0.0
     model_type: str | None = None
     """``config.model_type`` of the loaded model (``None`` when it did not load)."""
+    family: Any = None
+    """A family cell's ``FamilyProbe`` (cross-attention half, text-only record); ``None`` for causal LMs."""
 
 
 @dataclass
@@ -84,6 +87,11 @@ class CellRunner:
             model = master if _already_placed(master, cell) else self._model_in_dtype(master, cell)
             if self.on_model is not None:
                 self.on_model(model)
+            if cell.spec.family != CAUSAL_LM:
+                from kvconform.families.probe import probe_family
+
+                probe = probe_family(model, plan, cell.spec.family)
+                return CellOutcome(probe.record, None, probe.geometry, probe.explanation, self._load_s, model_type, family=probe)
             record = run_probe(model, plan)
             return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s, model_type)
         except Exception as exc:  # noqa: BLE001 - a crash inside a model fails its cell, not the run
