@@ -11,15 +11,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 
-Patch = tuple[type, str, Callable[..., Any]]
+from tests.faults import Patch, patched
 
 
 class _Forgetful(dict):
@@ -82,15 +82,6 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
 }
 
 
-@contextmanager
-def planted(fault: str) -> Iterator[None]:
+def planted(fault: str) -> AbstractContextManager[None]:
     """Apply one fault from ``FAULTS`` for the duration of the block."""
-    patches = FAULTS[fault]()
-    saved = [(cls, name, cls.__dict__[name]) for cls, name, _ in patches]
-    try:
-        for cls, name, replacement in patches:
-            setattr(cls, name, replacement)
-        yield
-    finally:
-        for cls, name, original in saved:
-            setattr(cls, name, original)
+    return patched(FAULTS[fault]())
