@@ -105,6 +105,9 @@ def image_inputs(model: Model, batch: int, seed: int) -> ImageInputs:
         size = int(size[0] if isinstance(size, (list, tuple)) else size or GRID * patch)
         tensors = {"pixel_values": torch.randn(batch, channels, size, size, generator=generator).to(dtype)}
         recipe = f"pixel_values [B, {channels}, {size}, {size}]"
+    if not _accepts(model, "pixel_values") and _accepts(model, "pixel_values_images"):
+        tensors["pixel_values_images"] = tensors.pop("pixel_values")  # video_llava before transformers 5.24
+        recipe = recipe.replace("pixel_values", "pixel_values_images")
     device = next(p.device for p in model.parameters())
     tensors = {k: v.to(device) for k, v in tensors.items()}
     try:
