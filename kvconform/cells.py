@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvconform.check_table import CHECKS
+from kvconform.families import CAUSAL_LM
 from kvconform.matrix import QUANTIZED, Matrix, ModelSpec, Tolerance
 
 #: The attention implementation whose cells keep the short id (``llama[float32-cpu-static]``).
@@ -40,8 +41,8 @@ class Cell:
 
 
 def check_applies(check: str, cell: Cell) -> bool:
-    """Whether ``check`` runs on ``cell`` (see the check table)."""
-    return CHECKS[check].applies(cell.spec.settings, cell.dtype, cell.cache, cell.attn == cell.model_attn)
+    """Whether ``check`` runs on ``cell`` (see the check table: its families, setting, dtypes, caches, attention)."""
+    return CHECKS[check].applies(cell.spec.settings, cell.dtype, cell.spec.family, cell.cache, cell.attn == cell.model_attn)
 
 
 def ragged_row_lengths(batch_size: int, prompt_length: int) -> list[int]:
@@ -59,6 +60,14 @@ def untestable(check: str, cell: Cell) -> str | None:
     return None
 
 
+def cache_axes(spec: ModelSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The caches and attentions ``spec`` runs: its settings' for causal LMs; the dynamic cache with the model's
+    own attention for the other families (the cache-path axes are built for causal LMs only)."""
+    if spec.family == CAUSAL_LM:
+        return spec.settings.caches, spec.settings.attentions
+    return ("dynamic",), (DEFAULT_ATTENTION,)
+
+
 def expand_cells(matrix: Matrix, model_attention: Callable[[ModelSpec], str] | None = None) -> list[Cell]:
     """Every cell of the matrix, grouped by model (a model's cells stay together).
 
@@ -69,13 +78,14 @@ def expand_cells(matrix: Matrix, model_attention: Callable[[ModelSpec], str] | N
     cells = []
     for spec in matrix.models:
         settings = spec.settings
-        model_attn = model_attention(spec) if model_attention else DEFAULT_ATTENTION
-        attentions = [a for a in settings.attentions if model_attn == DEFAULT_ATTENTION or a != DEFAULT_ATTENTION]
-        if model_attn != DEFAULT_ATTENTION and DEFAULT_ATTENTION in settings.attentions and model_attn not in attentions:
+        caches, wanted = cache_axes(spec)
+        model_attn = model_attention(spec) if model_attention and spec.family == CAUSAL_LM else DEFAULT_ATTENTION
+        attentions = [a for a in wanted if model_attn == DEFAULT_ATTENTION or a != DEFAULT_ATTENTION]
+        if model_attn != DEFAULT_ATTENTION and DEFAULT_ATTENTION in wanted and model_attn not in attentions:
             attentions.append(model_attn)
         for device in settings.devices:
             for dtype in settings.dtypes:
-                for cache in settings.caches:
+                for cache in caches:
                     # The fp8 layer hands dequantized K/V to whatever attention runs: one attention suffices.
                     for attn in attentions if cache != QUANTIZED else [a for a in attentions if a == model_attn][:1]:
                         cell = Cell(spec, dtype, device, cache, attn, model_attn)

@@ -1,18 +1,21 @@
 """The one table of checks: name, what it asserts, when it applies to a cell, report column order.
 
-Plain data (no torch, no pytest): the cells, the reports and the suite read it; ``checks.run_check``
-binds each name to its function and refuses to import if the two ever differ.
+Plain data (no torch, no pytest): the cells, the reports and the suites read it. ``checks.run_check``
+binds the checks causal-LM cells run, ``families.checks.run_family_check`` the ones only other
+families run; each refuses to import if its bindings and the table ever differ.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvconform.families import CAUSAL_LM, ENCODER_DECODER, FAMILIES, VISION_LANGUAGE
 from kvconform.matrix import Settings
 
 #: Cache kinds whose reference is a full-precision run: the fp8 cache leaves it by design (its frozen scale
 #: saturates), so quantized cells are judged against the fp8 design instead (README, "Cache paths").
 FULL_PRECISION = ("dynamic", "static")
+CAUSAL = (CAUSAL_LM,)
 
 
 @dataclass(frozen=True)
@@ -28,11 +31,14 @@ class CheckInfo:
     """The cache kinds it runs on (``None``: all)."""
     attention: str | None = None
     """``default``: only with the model's own attention; ``other``: only with another one; ``None``: any."""
+    families: tuple[str, ...] = FAMILIES
+    """The model families whose cells run the check (``kvconform.families``)."""
 
-    def applies(self, settings: Settings, dtype: str, cache: str = "dynamic", default_attention: bool = True) -> bool:
+    def applies(self, settings: Settings, dtype: str, family: str, cache: str = "dynamic",
+                default_attention: bool = True) -> bool:
         enabled = self.enabled_by is None or bool(getattr(settings, self.enabled_by))
         attention = self.attention is None or (self.attention == "default") == default_attention
-        return (enabled and attention and (not self.float32_only or dtype == "float32")
+        return (family in self.families and enabled and attention and (not self.float32_only or dtype == "float32")
                 and (self.caches is None or cache in self.caches))
 
 
@@ -43,26 +49,38 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("shapes", "every layer's K/V is [B, H_kv, S_layer, head_dim] with H_kv and head_dim from the config"),
     CheckInfo("bytes", "the K/V bytes equal 2 x L x H_kv x d_head x N x B x bytes (per layer)"),
     CheckInfo("generate", "generate() with and without the cache picks the same greedy tokens",
-              enabled_by="generate", float32_only=True, caches=FULL_PRECISION),
+              enabled_by="generate", float32_only=True, caches=FULL_PRECISION, families=CAUSAL),
     CheckInfo("ragged", "a left-padded batch: each row matches its own unpadded uncached pass", enabled_by="ragged",
-              caches=FULL_PRECISION),
+              caches=FULL_PRECISION, families=CAUSAL),
     CheckInfo("prefix_reuse", "a copied prefix cache, extended and decoded, matches a fresh run", enabled_by="prefix_reuse",
-              caches=FULL_PRECISION),
+              caches=FULL_PRECISION, families=CAUSAL),
     CheckInfo("crop", "a prefilled cache cropped back 3 tokens and decoded again matches a fresh run", enabled_by="crop",
-              caches=FULL_PRECISION),
+              caches=FULL_PRECISION, families=CAUSAL),
     # With the model's own attention: on 5.24 every beam failure of an eager cell repeated its sdpa cell's (README).
     CheckInfo("beam", "beam search with and without the cache returns the same beams and scores", enabled_by="beam",
-              float32_only=True, caches=("dynamic",), attention="default"),
+              float32_only=True, caches=("dynamic",), attention="default", families=CAUSAL),
     CheckInfo("reorder", "reorder_cache on a prefilled cache equals prefilling the rows in that order", enabled_by="beam",
-              float32_only=True, caches=("static", "quantized")),
+              float32_only=True, caches=("static", "quantized"), families=CAUSAL),
     CheckInfo("padded_generate", "generate() on a left-padded batch picks the same tokens with and without the cache",
-              enabled_by="padded_generate", float32_only=True, caches=FULL_PRECISION, attention="default"),
+              enabled_by="padded_generate", float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL),
     CheckInfo("attn_agreement", "this attention and the model's default agree on uncached logits", float32_only=True,
-              caches=("dynamic",), attention="other"),
+              caches=("dynamic",), attention="other", families=CAUSAL),
     CheckInfo("quantized_kv", "the fp8 cache stores its design's frozen-scale float8 round trip of every value",
-              caches=("quantized",)),
+              caches=("quantized",), families=CAUSAL),
+    CheckInfo("cross_growth", "every cross-attention layer holds the encoder length from the prefill on, never growing",
+              families=ENCODER_DECODER),
+    CheckInfo("cross_shapes", "cross-attention K/V are [B, H_kv, encoder length, head_dim] with the decoder's heads",
+              families=ENCODER_DECODER),
+    CheckInfo("cross_bytes", "cross-attention K/V bytes equal the formula with S = encoder length", families=ENCODER_DECODER),
+    CheckInfo("encoder_once", "the encoder runs once; the cross K/V written at the prefill are read at every step",
+              families=ENCODER_DECODER),
+    CheckInfo("text_only", "a text-only prompt on a vision-language model: parity and growth", families=(VISION_LANGUAGE,)),
 )
 CHECKS: dict[str, CheckInfo] = {check.name: check for check in CHECK_TABLE}
 CHECK_ORDER: tuple[str, ...] = tuple(CHECKS)
+#: Checks that read a ``ProbeRecord`` (``suites/test_conformance.py``): every check causal-LM cells can run.
+RECORD_CHECKS: tuple[str, ...] = tuple(check.name for check in CHECK_TABLE if CAUSAL_LM in check.families)
+#: Checks that read a family probe (``suites/test_families.py``): the ones only other families run.
+FAMILY_CHECKS: tuple[str, ...] = tuple(check.name for check in CHECK_TABLE if CAUSAL_LM not in check.families)
 #: Checks that read an extra cache path of the probe (a record of that name).
 PATH_CHECKS: tuple[str, ...] = ("ragged", "prefix_reuse", "crop", "reorder")

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 from kvconform import path_checks
 from kvconform.cache_io import LayerState
-from kvconform.check_table import CHECK_ORDER, CHECKS, PATH_CHECKS
+from kvconform.check_table import PATH_CHECKS, RECORD_CHECKS
 from kvconform.geometry import CacheGeometry, LayerGeometry
 from kvconform.matrix import Tolerance
 from kvconform.probe import GenerateRecord, ProbeRecord, StepRecord
@@ -364,8 +364,8 @@ _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResu
 }
 #: Checks that read a record the runner adds beside the probe's (``ProbeRecord.extras``).
 EXTRA_CHECKS = ("beam", "padded_generate", "attn_agreement")
-if set(_RUN) != set(CHECKS):  # the check table and its functions must name the same checks
-    raise ImportError(f"kvconform.checks binds {sorted(_RUN)}, the check table lists {sorted(CHECKS)}")
+if set(_RUN) != set(RECORD_CHECKS):  # the check table and its functions must name the same checks
+    raise ImportError(f"kvconform.checks binds {sorted(_RUN)}, the check table's record checks are {sorted(RECORD_CHECKS)}")
 
 
 def run_check(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> CheckResult:
@@ -375,7 +375,7 @@ def run_check(name: str, record: ProbeRecord, geometry: CacheGeometry, explanati
 
 def run_all(record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> dict[str, CheckResult]:
     """Every check on one record that its cell ran (the extra paths and records the probe made), keyed by check name."""
-    return {name: run_check(name, record, geometry, explanation, tolerance) for name in CHECK_ORDER if _ran(name, record)}
+    return {name: run_check(name, record, geometry, explanation, tolerance) for name in RECORD_CHECKS if _ran(name, record)}
 
 
 def _ran(name: str, record: ProbeRecord) -> bool:

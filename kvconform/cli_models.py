@@ -45,7 +45,26 @@ def spec_from_argument(argument: str, defaults: Settings, *, revision: str | Non
     return ModelSpec(
         id=_model_id(argument), source=source, location=str(path) if source != "hub" else argument,
         settings=defaults, revision=revision, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
+        family=_family(argument, path, source, revision),
     )
+
+
+def _family(argument: str, path: Path, source: str, revision: str | None) -> str:
+    """Vision-language or encoder-decoder checkpoints by their config.json (a hub id's only if already cached)."""
+    from kvconform.families import CAUSAL_LM
+    from kvconform.families.registry import family_of_config
+
+    if source == "gguf":
+        return CAUSAL_LM
+    if source == "checkpoint":
+        return family_of_config(read_config(path))
+    from transformers.utils.hub import cached_file
+
+    try:
+        found = cached_file(argument, "config.json", revision=revision, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not cached: loaded as a causal LM, as before
+        return CAUSAL_LM
+    return family_of_config(read_config(Path(found).parent)) if found else CAUSAL_LM
 
 
 def _check_local(argument: str, path: Path, source: str) -> None:

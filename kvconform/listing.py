@@ -6,6 +6,8 @@ from collections.abc import Callable
 
 from tabulate import tabulate
 
+from kvconform.cells import cache_axes
+from kvconform.families import CAUSAL_LM
 from kvconform.matrix import Matrix, ModelSpec
 
 
@@ -15,12 +17,14 @@ def render_listing(matrix: Matrix, paths: Callable[[ModelSpec], dict[str, str | 
     found = {spec.id: _paths_of(spec, paths) for spec in matrix.models}
     rows = [
         (spec.id, spec.model_type or "(from checkpoint)", f"{spec.source}:{spec.location}",
-         ",".join(spec.settings.dtypes), ",".join(spec.settings.devices), ",".join(spec.settings.caches), found[spec.id][0])
+         ",".join(spec.settings.dtypes), ",".join(spec.settings.devices), ",".join(cache_axes(spec)[0]), spec.family,
+         found[spec.id][0])
         for spec in matrix.models
     ]
     parts = [
         f"{matrix.path}: {len(matrix.models)} models",
-        tabulate(rows, headers=("id", "model_type", "source", "dtypes", "devices", "caches", "paths"), tablefmt="github"),
+        tabulate(rows, headers=("id", "model_type", "source", "dtypes", "devices", "caches", "family", "paths"),
+                 tablefmt="github"),
     ]
     decided = [reasons for _, reasons in found.values() if reasons]
     if decided:
@@ -39,6 +43,8 @@ def render_listing(matrix: Matrix, paths: Callable[[ModelSpec], dict[str, str | 
 
 
 def _paths_of(spec: ModelSpec, paths: Callable[[ModelSpec], dict[str, str | None]] | None) -> tuple[str, dict[str, str | None]]:
+    if paths is not None and spec.family != CAUSAL_LM:
+        return ("dynamic only (cache paths are built for causal LMs)", {})
     if paths is None or spec.model_type is None or spec.source != "synthetic":
         return ("decided when loaded" if paths is not None else "", {})
     try:

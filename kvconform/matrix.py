@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from kvconform.families import CAUSAL_LM, FAMILIES, ID_SUFFIX
 from kvconform.known_failures import KnownFailure, key_problem, parse_known_failure
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -33,7 +34,7 @@ SETTING_KEYS = (
 )
 MODEL_KEYS = SETTING_KEYS + SOURCE_KEYS + (
     "id", "config", "revision", "trust_remote_code", "allow_pickle", "xfail", "exclude",
-    "device_map", "max_memory", "notes",
+    "device_map", "max_memory", "notes", "family",
 )
 TOLERANCE_KEYS = ("atol", "rtol")
 
@@ -104,6 +105,8 @@ class ModelSpec:
     """Known failures: ``check``, ``check@dtype``, ``*`` or ``*@dtype`` -> the failure expected and why."""
     device_map: str | None = None
     max_memory: Mapping[str, str] | None = None
+    family: str = CAUSAL_LM
+    """``causal-lm``, ``image-text-to-text``, ``seq2seq`` or ``speech-seq2seq``: how the model is built and driven."""
 
     @property
     def model_type(self) -> str | None:
@@ -139,11 +142,16 @@ def unknown_message(prefix: str, name: str, known: Any) -> str:
     return f"{prefix} {name!r}.{hint} Available: {listing}"
 
 
+#: A family sweep's installed model types and the ones it leaves out with reasons: ``family -> (types, {type: reason})``.
+FamilySweeps = Callable[[str], tuple[list[str], Mapping[str, str]]]
+
+
 def load_matrix(
     path: str | Path,
     *,
     known_model_types: Callable[[], list[str]],
     excluded_types: Mapping[str, str] | None = None,
+    family_sweeps: FamilySweeps | None = None,
 ) -> Matrix:
     """Read and validate a matrix file; raise ``MatrixError`` naming file, entry and field."""
     path = Path(path)
@@ -153,7 +161,8 @@ def load_matrix(
         raise MatrixError(f"{path}: matrix file not found (pass another with --matrix PATH)") from None
     except yaml.YAMLError as exc:
         raise MatrixError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
-    return parse_matrix(raw, path=path, known_model_types=known_model_types, excluded_types=excluded_types or {})
+    return parse_matrix(raw, path=path, known_model_types=known_model_types, excluded_types=excluded_types or {},
+                        family_sweeps=family_sweeps)
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:
@@ -175,6 +184,7 @@ def parse_matrix(
     path: Path,
     known_model_types: Callable[[], list[str]],
     excluded_types: Mapping[str, str],
+    family_sweeps: FamilySweeps | None = None,
 ) -> Matrix:
     """Validate already-parsed YAML data (see ``load_matrix``)."""
     where = str(path)
@@ -196,6 +206,12 @@ def parse_matrix(
         if not isinstance(entry, dict):
             raise MatrixError(f"{label}: expected a mapping, got {type(entry).__name__}")
         _check_keys(entry, MODEL_KEYS, label)
+        if entry.get("sweep", CAUSAL_LM) != CAUSAL_LM or entry.get("family", CAUSAL_LM) != CAUSAL_LM:
+            family_entry = _family_entry(entry, defaults, label, family_sweeps)
+            models.extend(family_entry[0])
+            excluded.update(family_entry[1])
+            unmatched.extend(family_entry[2])
+            continue
         if "sweep" in entry or "synthetic" in entry:
             types = types if types is not None else known_model_types()
         if "sweep" in entry:
@@ -366,8 +382,8 @@ def _expand_sweep(
     excluded_types: Mapping[str, str],
 ) -> tuple[list[ModelSpec], dict[str, str]]:
     """``sweep: causal-lm`` -> one synthetic spec per installed causal-LM model_type."""
-    if entry["sweep"] != "causal-lm":
-        raise MatrixError(f"{label}: field 'sweep' must be 'causal-lm' (every causal-LM architecture), got {entry['sweep']!r}")
+    if entry["sweep"] != CAUSAL_LM:
+        raise MatrixError(f"{label}: field 'sweep' must be one of {', '.join(FAMILIES)}, got {entry['sweep']!r}")
     for key in ("id", "synthetic", "checkpoint", "gguf", "hub", "revision", "config"):
         if key in entry:
             raise MatrixError(f"{label}: field {key!r} is not allowed in a sweep entry (use 'exclude' or 'xfail')")
@@ -388,6 +404,33 @@ def _expand_sweep(
         if model_type not in left_out
     ]
     return specs, {t: r for t, r in left_out.items() if t in known_types}
+
+
+def _family_entry(
+    entry: Mapping[str, Any], defaults: Settings, label: str, family_sweeps: FamilySweeps | None,
+) -> tuple[list[ModelSpec], dict[str, str], list[str]]:
+    """A family sweep (``sweep: seq2seq``) or one entry with ``family:`` -> (specs, excluded by id, unmatched names)."""
+    family = entry.get("sweep", entry.get("family"))
+    if family not in FAMILIES:
+        raise MatrixError(unknown_message(f"{label}: unknown family", str(family), FAMILIES))
+    if "sweep" in entry and "family" in entry:
+        raise MatrixError(f"{label}: a sweep names its family itself; drop the field 'family'")
+    if family_sweeps is None:  # the installed transformers' mappings (imported only when a family entry needs them)
+        from kvconform.families.registry import sweep_types
+
+        family_sweeps = sweep_types
+    types, left_out = family_sweeps(family)
+    if "sweep" not in entry:
+        spec = _parse_model({k: v for k, v in entry.items() if k != "family"}, defaults, label, [*types, *left_out])
+        return [replace(spec, family=family)], {}, []
+    specs, excluded = _expand_sweep({**entry, "sweep": CAUSAL_LM}, defaults, label, [*types, *left_out], left_out)
+    suffix = ID_SUFFIX[family]
+    named = {*entry.get("exclude", {}), *entry.get("xfail", {})}
+    return (
+        [replace(spec, id=f"{spec.id}-{suffix}", family=family) for spec in specs],
+        {f"{model_type}-{suffix}": reason for model_type, reason in excluded.items()},
+        sorted(named - set(types) - set(left_out)),
+    )
 
 
 def _check_unique_ids(models: list[ModelSpec], where: str) -> None:

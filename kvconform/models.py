@@ -91,6 +91,12 @@ def _reload_from_saved(master: Model) -> Callable[[torch.dtype], Model]:
 
 
 def _build_synthetic(spec: ModelSpec) -> Model:
+    from kvconform.families import CAUSAL_LM
+
+    if spec.family != CAUSAL_LM:
+        from kvconform.families.build import build_family, shrink_family_config
+
+        return build_family(shrink_family_config(spec.location, spec.family, spec.config), spec.family, seed=spec.settings.seed)
     from kvconform.synthetic import build_synthetic, shrink_config
 
     return build_synthetic(shrink_config(spec.location, spec.config), seed=spec.settings.seed)
@@ -139,10 +145,11 @@ def _load_folder(spec: ModelSpec) -> Model:
 
 def _with_reloader(where: str | Path, options: dict[str, Any], spec: ModelSpec) -> Model:
     """Load ``where`` in float32 and remember how to load it again in another dtype (one device, no offloading)."""
-    from transformers import AutoModelForCausalLM
+    from kvconform.families.build import auto_class
 
-    master = AutoModelForCausalLM.from_pretrained(where, dtype=torch.float32, **options, **_placement(spec))
-    _RELOADERS[master] = lambda dtype: AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **options)
+    auto = auto_class(spec.family)
+    master = auto.from_pretrained(where, dtype=torch.float32, **options, **_placement(spec))
+    _RELOADERS[master] = lambda dtype: auto.from_pretrained(where, dtype=dtype, **options)
     return master
 
 

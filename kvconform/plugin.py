@@ -143,6 +143,7 @@ def resolve_matrix(config: pytest.Config) -> Matrix:
     """The matrix file, narrowed by --model/--dtype/--device/--cache/--shard (each option checked first)."""
     from kvconform.architecture_table import load_architecture_table
     from kvconform.cli_models import specs_from_cli
+    from kvconform.families.registry import sweep_types
     from kvconform.options import NARROWING, check_choices, narrow, parse_shard
     from kvconform.synthetic import causal_lm_model_types
 
@@ -150,7 +151,8 @@ def resolve_matrix(config: pytest.Config) -> Matrix:
               for option, (field, _) in NARROWING.items() if config.getoption(f"kvconform_{field}")}
     shard_of = parse_shard(str(config.getoption("shard"))) if config.getoption("shard") else None
     path = Path(config.getoption("matrix") or Path(config.rootpath) / "model_matrix.yaml")
-    matrix = load_matrix(path, known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1])
+    matrix = load_matrix(path, known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1],
+                         family_sweeps=sweep_types)
     if config.getoption("kvconform_models"):
         matrix = replace(matrix, models=specs_from_cli(config, matrix), excluded={})
     narrowed = []

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvconform.cells import Cell, check_applies, untestable
+from kvconform.families import CAUSAL_LM
 from kvconform.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.models import load_master, model_in_dtype
 from kvconform.probe import ProbePlan, ProbeRecord, run_probe
@@ -27,6 +28,8 @@ class CellOutcome:
     """``config.model_type`` of the loaded model (``None`` when it did not load)."""
     not_applicable: str | None = None
     """Why the model cannot run this cell's cache or attention (decided by transformers' own rules)."""
+    family: Any = None
+    """A family cell's ``FamilyProbe`` (cross-attention half, text-only record); ``None`` for causal LMs."""
 
 
 @dataclass
@@ -73,7 +76,8 @@ class CellRunner:
                 same = (cell.dtype, cell.device, master.config._attn_implementation)
                 base = self._by_dtype.get(same) or model_in_dtype(master, cell.dtype, cell.device)
                 self._by_dtype[same] = base
-            model, rebuilt = attention_model(base, cell.attn)
+            # Family cells run the attention from_pretrained picks (their cache paths are the causal sweep's only).
+            model, rebuilt = attention_model(base, cell.attn) if cell.spec.family == CAUSAL_LM else (base, False)
             self.loads += rebuilt
             self._by_dtype[key] = model
         return self._by_dtype[key]
@@ -95,12 +99,17 @@ class CellRunner:
             locate_tolerance=None if cell.cache == "quantized" else cell.tolerance,
         )
         try:
-            reason = cell_support(master, cell.cache, cell.attn)
+            reason = cell_support(master, cell.cache, cell.attn) if cell.spec.family == CAUSAL_LM else None
             if reason is not None:
                 return CellOutcome(load_s=self._load_s, model_type=model_type, not_applicable=reason)
             model = self._model_for(master, cell)
             if self.on_model is not None:
                 self.on_model(model)
+            if cell.spec.family != CAUSAL_LM:
+                from kvconform.families.probe import probe_family
+
+                probe = probe_family(model, plan, cell.spec.family)
+                return CellOutcome(probe.record, None, probe.geometry, probe.explanation, self._load_s, model_type, family=probe)
             record = run_probe(model, plan)
             record.extras.update(run_extras(model, plan, cell, master, record.timings))
             return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s, model_type)

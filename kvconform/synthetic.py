@@ -245,25 +245,25 @@ def _shrink_layers(values: Mapping[str, Any], shrunk: Mapping[str, Any]) -> dict
     return out
 
 
-def _shrink_values(values: Mapping[str, Any]) -> dict[str, Any]:
+def shrink_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """Overrides for one (sub-)config given as a dict; sub-configs come back as whole dicts."""
     out = _shrink_sizes(values)
     out.update(_shrink_token_ids(values))
     out.update(_shrink_layers(values, out))
     for key, value in values.items():
         if isinstance(value, dict) and "model_type" in value:
-            out[key] = {**value, **_shrink_values(value)}
+            out[key] = {**value, **shrink_values(value)}
     return out
 
 
-def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+def merge_overrides(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
     """``base`` updated by ``extra``; nested dicts merge, dotted keys address sub-configs."""
     for key, value in extra.items():
         head, _, rest = key.partition(".")
         if rest:
             value, key = {rest: value}, head
         if isinstance(value, Mapping) and isinstance(base.get(key), dict):
-            base[key] = _merge(base[key], value)
+            base[key] = merge_overrides(base[key], value)
         else:
             base[key] = copy.deepcopy(value)
     return base
@@ -281,9 +281,9 @@ def shrink_config(model_type: str, overrides: Mapping[str, Any] | None = None) -
     """The default config of ``model_type`` shrunk, then the table's and the caller's overrides."""
     _check_model_type(model_type)
     fixes = load_architecture_table()[0].get(model_type, {})
-    values = _shrink_values(_default_config(model_type, fixes).to_dict())
-    _merge(values, fixes)
-    _merge(values, overrides or {})
+    values = shrink_values(_default_config(model_type, fixes).to_dict())
+    merge_overrides(values, fixes)
+    merge_overrides(values, overrides or {})
     return AutoConfig.for_model(model_type, **values)
 
 
@@ -296,7 +296,7 @@ def build_synthetic(config: PreTrainedConfig, seed: int) -> PreTrainedModel:
     else:
         model_class: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # a model class (the mapping is typed loosely)
         model = model_class._from_config(getattr(config, sub_config), dtype=torch.float32)
-    _break_zero_init(model, seed)
+    break_zero_init(model, seed)
     return model.float().eval()
 
 
@@ -305,7 +305,7 @@ def build_synthetic(config: PreTrainedConfig, seed: int) -> PreTrainedModel:
 ZERO_INIT_STD = SIZES["initializer_range"]
 
 
-def _break_zero_init(model: PreTrainedModel, seed: int) -> list[str]:
+def break_zero_init(model: PreTrainedModel, seed: int) -> list[str]:
     """Give all-zero weights (not biases) seeded noise, and name them.
 
     Zero-initialised gates, selection scales (doge's ``A``) or routers make every score of a

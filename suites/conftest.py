@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NoReturn
 
 import pytest
 
 from kvconform.cells import Cell
+from kvconform.families import half
 from kvconform.known_failures import ExpectedFailure, known_failure
 from kvconform.models import ModelRefused, ModelUnavailable
 from kvconform.plugin import MODEL_KEY, RESULT_KEY, STATE, TIMING_KEY
@@ -67,6 +69,9 @@ def verdict(cell: Cell, request: pytest.FixtureRequest) -> Callable[[CheckResult
     """Record a check's result for the reports, then assert it with its diagnosis."""
 
     def judge(result: CheckResult) -> None:
+        which = half(cell.spec.family, result.name)
+        if which is not None:  # encoder-decoder rows say which cache half they describe
+            result = replace(result, details={**result.details, "half": which})
         request.node.user_properties.append((RESULT_KEY, result.to_dict()))
         if not result.passed:
             _fail(cell, result.name, f"{result.name}: {result.message}")

@@ -7,7 +7,7 @@ check and say where.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import torch
@@ -240,10 +240,14 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
 }
 
 
-@contextmanager
-def planted(fault: str) -> Iterator[None]:
+def planted(fault: str) -> AbstractContextManager[None]:
     """Apply one fault from ``FAULTS`` for the duration of the block."""
-    patches = FAULTS[fault]()
+    return patched(FAULTS[fault]())
+
+
+@contextmanager
+def patched(patches: list[Patch]) -> Iterator[None]:
+    """Set each (class, attribute, replacement) for the duration of the block, then restore the originals."""
     saved = [(cls, name, cls.__dict__.get(name)) for cls, name, _ in patches]
     try:
         for cls, name, replacement in patches:

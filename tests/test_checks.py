@@ -125,16 +125,24 @@ def test_generate_is_strict_in_float32_and_forgives_near_ties_elsewhere():
 
 
 def test_the_suite_has_one_test_per_check_of_the_table() -> None:
-    """The check table is the one list of checks: the suite's tests, the cells and the report columns follow it."""
+    """The check table is the one list of checks: the suites' tests, the cells and the report columns follow it.
+
+    ``suites/test_conformance.py`` holds the checks that read a ``ProbeRecord`` (every check a causal-LM
+    cell can run), ``suites/test_families.py`` the ones only other families run; together, the table.
+    """
     import ast
     from pathlib import Path
 
-    from kvconform.check_table import CHECK_ORDER
+    from kvconform.check_table import CHECK_ORDER, FAMILY_CHECKS, RECORD_CHECKS
     from kvconform.report.views import CHECK_ORDER as REPORT_ORDER
 
-    suite = ast.parse((Path(__file__).resolve().parents[1] / "suites" / "test_conformance.py").read_text())
-    tests = [node.name.removeprefix("test_") for node in suite.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
-    assert tests == list(CHECK_ORDER)
+    def tests_of(name: str) -> list[str]:
+        suite = ast.parse((Path(__file__).resolve().parents[1] / "suites" / name).read_text())
+        return [node.name.removeprefix("test_") for node in suite.body if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")]
+
+    assert tests_of("test_conformance.py") == list(RECORD_CHECKS)
+    assert tests_of("test_families.py") == list(FAMILY_CHECKS)
+    assert sorted(RECORD_CHECKS + FAMILY_CHECKS) == sorted(CHECK_ORDER)
     assert REPORT_ORDER is CHECK_ORDER
 
 

@@ -1,0 +1,30 @@
+"""Generative families beyond causal LMs: vision-language and encoder-decoder (text and speech).
+
+This module is plain data (no torch): which families exist and which cache half a check's row
+describes; which checks each family runs is in ``kvconform.check_table``. Building, inputs,
+probing, geometry and the family-only checks live in the submodules.
+"""
+
+from __future__ import annotations
+
+CAUSAL_LM = "causal-lm"
+VISION_LANGUAGE = "image-text-to-text"
+SEQ2SEQ = "seq2seq"
+SPEECH_SEQ2SEQ = "speech-seq2seq"
+FAMILIES = (CAUSAL_LM, VISION_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ)
+ENCODER_DECODER = (SEQ2SEQ, SPEECH_SEQ2SEQ)
+
+#: Suffix of a family sweep's ids (``t5-s2s``): a model_type can be in several families (bart: causal-lm and seq2seq).
+ID_SUFFIX = {VISION_LANGUAGE: "vl", SEQ2SEQ: "s2s", SPEECH_SEQ2SEQ: "speech"}
+
+SELF_HALF = "self-attention (decoder)"
+CROSS_HALF = "cross-attention"
+
+
+def half(family: str, check: str) -> str | None:
+    """Which cache half an encoder-decoder check's row describes (``None`` for other families)."""
+    if family not in ENCODER_DECODER:
+        return None
+    if check.startswith("cross_"):
+        return CROSS_HALF
+    return SELF_HALF if check in ("growth", "shapes", "bytes") else None

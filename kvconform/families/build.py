@@ -1,0 +1,131 @@
+"""Tiny random-weight models of the family types: the causal sweep's shrink, plus vision and audio towers.
+
+The generic shrink of ``kvconform.synthetic`` (hidden 64, 2 layers, 4 heads, 2 KV heads, vocab 256 …)
+applies to every sub-config; towers also get small images and patches so a prompt holds a handful of
+image tokens, and T5-style ``d_kv`` and multimodal rotary sections follow the shrunk head size.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
+
+from kvconform.families import CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families.registry import family_model_types, family_overrides
+from kvconform.synthetic import SIZES, break_zero_init, merge_overrides, shrink_values
+
+#: Tower sizes, applied to every (sub-)config field of that name whose default is a positive int.
+TOWER_SIZES = {
+    "image_size": 32,  # with patch 8: a 4 × 4 grid of patches
+    "patch_size": 8,
+    "depth": 2,  # Qwen-VL-style vision blocks
+    "embed_dim": 64,
+    "d_kv": 16,  # T5-style per-head width (d_model 64 / 4 heads)
+    "vision_layers": 2,
+    # Tower output widths that must equal the text model's hidden size.
+    "out_hidden_size": SIZES["hidden_size"],
+    "text_hidden_size": SIZES["hidden_size"],
+    "projection_dim": SIZES["hidden_size"],
+    # Gemma-3-style pooling of the patch grid to this many tokens: 4 × 4 patches pooled to 2 × 2.
+    "mm_tokens_per_image": 4,
+}
+#: Multimodal rotary sections the modeling code uses when the config gives none (Qwen2-VL: 16, 24, 24 of 64).
+DEFAULT_MROPE_SECTION = (16, 24, 24)
+HEAD_DIM = SIZES["head_dim"]
+
+
+def _shrink_towers(values: dict[str, Any]) -> None:
+    """``TOWER_SIZES`` in place, at every level of nested sub-configs.
+
+    Windowed vision attention (Qwen2.5-VL) gets windows of 2 × 2 merged patches, so the 4 × 4 grid holds
+    several windows, and one of its two blocks attends globally.
+    """
+    if "spatial_merge_size" in values and _is_positive(values.get("window_size")):
+        values["window_size"] = TOWER_SIZES["patch_size"] * int(values["spatial_merge_size"]) * 2
+    if isinstance(values.get("fullatt_block_indexes"), list):
+        values["fullatt_block_indexes"] = [TOWER_SIZES["depth"] - 1]
+    for key, value in list(values.items()):
+        if isinstance(value, dict):
+            _shrink_towers(value)
+        elif key in TOWER_SIZES and _is_positive(value):
+            values[key] = TOWER_SIZES[key]
+        elif key in TOWER_SIZES and isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value):
+            values[key] = [TOWER_SIZES[key]] * 2
+
+
+def _is_positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _scaled_section(section: list[int], total: int) -> list[int]:
+    """``section`` rescaled to sum to ``total`` (each part at least 1)."""
+    scaled = [max(1, round(part * total / sum(section))) for part in section]
+    scaled[-1] += total - sum(scaled)
+    return scaled
+
+
+def _fit_mrope(values: dict[str, Any]) -> None:
+    """Multimodal rotary sections resized to the shrunk rotary half-width, in every flat ``rope_parameters``.
+
+    Qwen-VL-style models split the rotary half-width into (temporal, height, width) sections that must sum
+    to it, and fall back to sections sized for head_dim 128 when the config names none; models without
+    multimodal rotary positions ignore the field.
+    """
+    for sub in [values, *(v for v in values.values() if isinstance(v, dict))]:
+        rope = sub.get("rope_parameters")
+        if not isinstance(rope, dict) or not {"rope_type", "rope_theta"} & set(rope) or "vision_config" in sub:
+            continue
+        head_dim = sub.get("head_dim") or HEAD_DIM
+        rotary = int(head_dim * float(rope.get("partial_rotary_factor") or sub.get("partial_rotary_factor") or 1.0))
+        rope["mrope_section"] = _scaled_section(list(rope.get("mrope_section") or DEFAULT_MROPE_SECTION), rotary // 2)
+
+
+def _default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConfig:
+    try:
+        return AutoConfig.for_model(model_type)
+    except (ValueError, StrictDataclassError):
+        return AutoConfig.for_model(model_type, **copy.deepcopy(dict(fixes)))
+
+
+def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, Any] | None = None) -> PreTrainedConfig:
+    """The default config of ``model_type`` shrunk for ``family``, then ``families.yaml``'s and the caller's overrides."""
+    known = family_model_types(family)
+    if model_type not in known:
+        raise ValueError(f"{model_type!r} is not a {family} model type of the installed transformers")
+    fixes = family_overrides(model_type)
+    default = _default_config(model_type, fixes)
+    full = default.to_dict()
+    merged = copy.deepcopy({**full, **shrink_values(full)})  # shrink_values returns sub-configs whole
+    _shrink_towers(merged)
+    if family == VISION_LANGUAGE:
+        _fit_mrope(merged)
+    # Only what changed goes back in (sub-configs whole), as the causal shrink does.
+    values = {key: value for key, value in merged.items() if value != full.get(key)}
+    merge_overrides(values, fixes)
+    merge_overrides(values, overrides or {})
+    return AutoConfig.for_model(model_type, **values)
+
+
+def auto_class(family: str) -> Any:
+    """The auto class users load a checkpoint of ``family`` with."""
+    import transformers
+
+    return {
+        CAUSAL_LM: transformers.AutoModelForCausalLM,
+        VISION_LANGUAGE: transformers.AutoModelForImageTextToText,
+        SEQ2SEQ: transformers.AutoModelForSeq2SeqLM,
+        SPEECH_SEQ2SEQ: transformers.AutoModelForSpeechSeq2Seq,
+    }[family]
+
+
+def build_family(config: PreTrainedConfig, family: str, seed: int) -> PreTrainedModel:
+    """A float32 eval-mode model of ``family`` with random weights drawn from ``seed`` (no all-zero weights)."""
+    torch.manual_seed(seed)
+    model = auto_class(family).from_config(config, dtype=torch.float32)
+    break_zero_init(model, seed)
+    return model.float().eval()

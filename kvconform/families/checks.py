@@ -1,0 +1,120 @@
+"""The checks a family adds: the cross-attention half, the encoder running once, a text-only prompt.
+
+Each reads a ``FamilyProbe`` (plain records); the shape and byte rules are the core checks' own,
+applied to the cross-attention layers with the encoder length as their stored length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from kvconform import checks
+from kvconform.check_table import CHECK_TABLE, FAMILY_CHECKS
+from kvconform.families import CROSS_HALF
+from kvconform.families.probe import CrossHalf, FamilyProbe
+from kvconform.matrix import Tolerance
+from kvconform.results import CheckResult
+
+
+def _cross(probe: FamilyProbe) -> CrossHalf:
+    if probe.cross is None:
+        raise ValueError("not an encoder-decoder cell: no cross-attention half")
+    return probe.cross
+
+
+def _as_cross(result: CheckResult, name: str) -> CheckResult:
+    return replace(result, name=name, message=f"{CROSS_HALF} half: {result.message}", details={**result.details, "half": CROSS_HALF})
+
+
+def _when(step: int) -> str:
+    return "prefill" if step == 0 else f"decode step {step}"
+
+
+def cross_growth(probe: FamilyProbe) -> CheckResult:
+    """Every cross-attention layer holds the encoder length from the prefill on and never grows."""
+    cross = _cross(probe)
+    length = cross.encoder_length
+    first = [next((s.keys_shape[-2] for s in step.layers if s.keys_shape is not None), None) for step in cross.record.steps]
+    measured = "→".join(map(str, first))
+    limit = "→".join([str(length)] * len(first))
+    details = {"half": CROSS_HALF, "cross_length_trace": first, "encoder_length": length}
+    if not cross.record.steps[0].layers:
+        return CheckResult("cross_growth", False, "no cross cache", limit,
+                           f"{CROSS_HALF} half: the cache has no cross-attention layers after the prefill", details)
+    for step in cross.record.steps:
+        for layer, state in zip(cross.geometry.layers, step.layers, strict=False):
+            got = state.keys_shape[-2] if state.keys_shape is not None else 0
+            if got != length:
+                message = (f"{CROSS_HALF} half: layer {layer.index} stores {got} positions after {_when(step.step)}, "
+                           f"expected the encoder length {length} (computed once at the prefill, never grown); "
+                           f"layer-0 trace {measured}")
+                return CheckResult("cross_growth", False, measured, limit, message, details)
+    message = f"{CROSS_HALF} half: every layer holds the encoder length {length} from the prefill on; trace {measured}"
+    return CheckResult("cross_growth", True, measured, limit, message, details)
+
+
+def cross_shapes(probe: FamilyProbe) -> CheckResult:
+    """Cross-attention K/V are ``[B, H_kv, encoder length, head_dim]`` with the decoder's heads from the config."""
+    cross = _cross(probe)
+    return _as_cross(checks.shapes(cross.record, cross.geometry, cross.explanation), "cross_shapes")
+
+
+def cross_bytes(probe: FamilyProbe) -> CheckResult:
+    """Cross-attention K/V bytes equal ``2 × L × H_kv × d_head × encoder length × B × bytes`` at every step."""
+    cross = _cross(probe)
+    return _as_cross(checks.cache_bytes(cross.record, cross.geometry), "cross_bytes")
+
+
+def encoder_once(probe: FamilyProbe) -> CheckResult:
+    """The encoder ran once, and the cross-attention K/V written at the prefill are the tensors every step reads."""
+    cross = _cross(probe)
+    steps = len(cross.storage) - 1
+    details = {"half": CROSS_HALF, "encoder_calls": cross.encoder_calls}
+    if cross.encoder_calls != 1:
+        message = f"the encoder ran {cross.encoder_calls} times during prefill and {steps} decode steps, expected once"
+        return CheckResult("encoder_once", False, f"{cross.encoder_calls} runs", "1 run", message, details)
+    for step, pointers in enumerate(cross.storage[1:], start=1):
+        changed = [i for i, (now, then) in enumerate(zip(pointers, cross.storage[0], strict=False)) if now != then]
+        if changed:
+            message = (f"{CROSS_HALF} K/V of layer {changed[0]} were rewritten at decode step {step} (new tensors; "
+                       f"layers {changed}): the cross-attention cache must be computed once at the prefill")
+            return CheckResult("encoder_once", False, f"rewritten at step {step}", "written once", message, details)
+    message = f"the encoder ran once; {CROSS_HALF} K/V written at the prefill are the same tensors at all {steps} decode steps"
+    return CheckResult("encoder_once", True, "1 run", "1 run", message, details)
+
+
+def text_only(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
+    """A text-only prompt (no image) on the vision-language model: parity and growth as for a causal LM."""
+    if probe.text_only is None:
+        raise ValueError("not a vision-language cell: no text-only record")
+    parity = checks.parity(probe.text_only, tolerance)
+    growth = checks.growth(probe.text_only, probe.geometry)
+    passed = parity.passed and growth.passed
+    parts = [f"parity: {parity.message}"] + ([] if growth.passed else [f"growth: {growth.message}"])
+    details = {**parity.details, "seq_length_trace": growth.details.get("seq_length_trace")}
+    return CheckResult("text_only", passed, parity.measured, parity.limit, "text-only prompt: " + "\n".join(parts), details)
+
+
+#: Each family-only check of the table, called with (family probe, tolerance).
+_RUN: dict[str, Callable[[FamilyProbe, Tolerance], CheckResult]] = {
+    "cross_growth": lambda probe, tolerance: cross_growth(probe),
+    "cross_shapes": lambda probe, tolerance: cross_shapes(probe),
+    "cross_bytes": lambda probe, tolerance: cross_bytes(probe),
+    "encoder_once": lambda probe, tolerance: encoder_once(probe),
+    "text_only": text_only,
+}
+if set(_RUN) != set(FAMILY_CHECKS):  # the check table and its functions must name the same checks
+    raise ImportError(f"kvconform.families.checks binds {sorted(_RUN)}, the check table's family checks are {sorted(FAMILY_CHECKS)}")
+
+
+def run_family_check(name: str, probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
+    """One family-only check of the table on one family probe."""
+    return _RUN[name](probe, tolerance)
+
+
+def run_all_family(probe: FamilyProbe, family: str, tolerance: Tolerance) -> dict[str, CheckResult]:
+    """Every check of the table a cell of ``family`` runs, in table order (as the suites run them)."""
+    return {check.name: run_family_check(check.name, probe, tolerance) if check.name in FAMILY_CHECKS
+            else checks.run_check(check.name, probe.record, probe.geometry, probe.explanation, tolerance)
+            for check in CHECK_TABLE if family in check.families}

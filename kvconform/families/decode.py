@@ -1,0 +1,187 @@
+"""The family decode loop: prefill, N greedy steps feeding the cache back, ONE uncached reference.
+
+The same loop as ``kvconform.probe`` for causal LMs, driven by a family's ``Driver`` (how to prefill
+with an image or an encoder input, how to take one step, how to run the uncached reference), so
+the core checks read an ordinary ``ProbeRecord``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kvconform.cache_io import LayerState, Model, cache_layers, returned_cache, seq_length, snapshot_layers
+from kvconform.kv_compare import Divergence, locate_divergence
+from kvconform.probe import ProbePlan, ProbeRecord, StepRecord
+from kvconform.reference_health import prefix_instability, topk_ties
+
+
+@dataclass
+class Driver:
+    """How to run one cell of a family; every callable returns a transformers model output."""
+
+    prompt: torch.Tensor
+    """The ids the cached run starts from (the decoder prompt, or text around the image tokens)."""
+    prefill: Callable[[], Any]
+    step: Callable[[torch.Tensor, Any], Any]
+    """``(token [B, 1], cache) -> output`` for one decode step."""
+    reference: Callable[[torch.Tensor], Any]
+    """``full ids -> output`` of one uncached pass (the same image or encoder output)."""
+    forbidden: set[int] = field(default_factory=set)
+    """Ids greedy decoding must not pick (image placeholders and other special ids)."""
+    fresh: Callable[[torch.Tensor], Any] | None = None
+    """``full ids -> output`` of one cached pass over the whole sequence, whose cache the localization compares."""
+    extra_halves: dict[str, Callable[[Any], list[Any]]] = field(default_factory=dict)
+    """Other per-layer halves of the cache to snapshot every step, by name (the cross-attention half)."""
+
+
+@dataclass
+class FamilyRun:
+    """The core record plus what only a family's own checks read."""
+
+    record: ProbeRecord
+    halves: dict[str, list[list[Any]]]
+    """Per extra half, per step, the raw layer objects' snapshots (``LayerState`` lists)."""
+    half_storage: dict[str, list[list[tuple[int, int] | None]]]
+    """Per extra half, per step, each layer's (keys, values) storage pointers: a rewrite changes them."""
+    final_cache: Any
+    full: torch.Tensor
+
+
+class _Uncached:
+    """The reference as a model-like callable, for the reference-health guard."""
+
+    def __init__(self, reference: Callable[[torch.Tensor], Any]) -> None:
+        self.reference = reference
+
+    def __call__(self, input_ids: torch.Tensor, use_cache: bool = False) -> Any:
+        return self.reference(input_ids)
+
+
+def _greedy(logits: torch.Tensor, forbidden: set[int]) -> torch.Tensor:
+    masked = logits.float().clone()
+    ids = [i for i in forbidden if i < masked.shape[-1]]
+    if ids:
+        masked[:, ids] = float("-inf")
+    return masked.argmax(dim=-1, keepdim=True)
+
+
+def _storage(layers: list[Any]) -> list[tuple[int, int] | None]:
+    out = []
+    for layer in layers:
+        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+        out.append((keys.data_ptr(), values.data_ptr()) if isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) else None)
+    return out
+
+
+class _Layers:
+    """A cache stand-in whose ``layers`` are one half's layer objects (for ``snapshot_layers``)."""
+
+    def __init__(self, layers: list[Any]) -> None:
+        self.layers = layers
+
+
+def _step_record(step: int, seen: tuple[int | None, list[Any]], logits: torch.Tensor, ref: torch.Tensor) -> StepRecord:
+    delta = torch.nan_to_num((logits.float() - ref.float()).abs(), nan=float("inf"))
+    row, vocab_id = divmod(int(delta.argmax()), delta.shape[-1])
+    top = ref.float().topk(2, dim=-1).values
+    return StepRecord(
+        step=step, seq_length=seen[0], layers=seen[1], max_abs_delta=float(delta.max()),
+        worst_row=row, worst_vocab_id=vocab_id, cached_argmax=logits.argmax(-1).tolist(),
+        reference_argmax=ref.argmax(-1).tolist(), reference_top2_margin=(top[:, 0] - top[:, 1]).tolist(),
+    )
+
+
+@torch.inference_mode()
+def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
+    """Run the cached decode and the uncached reference for one family cell."""
+    timings: dict[str, float] = {}
+    start = time.perf_counter()
+    output = driver.prefill()
+    cache = returned_cache(output)
+    timings["prefill_s"] = time.perf_counter() - start
+    logits, caches_seen, sequence = [output.logits[:, -1, :]], [], [driver.prompt]
+    halves: dict[str, list[list[LayerState]]] = {name: [] for name in driver.extra_halves}
+    storage: dict[str, list[list[tuple[int, int] | None]]] = {name: [] for name in driver.extra_halves}
+
+    def snapshot(cache: Any) -> None:
+        caches_seen.append((seq_length(cache), snapshot_layers(cache)))
+        for name, layers_of in driver.extra_halves.items():
+            layers = layers_of(cache)
+            halves[name].append(snapshot_layers(_Layers(layers)))
+            storage[name].append(_storage(layers))
+
+    snapshot(cache)
+    start = time.perf_counter()
+    for _ in range(plan.decode_steps):
+        token = _greedy(logits[-1], driver.forbidden)
+        sequence.append(token)
+        output = driver.step(token, cache)
+        cache = returned_cache(output, cache)
+        logits.append(output.logits[:, -1, :])
+        snapshot(cache)
+    timings["decode_s"] = time.perf_counter() - start
+
+    full = torch.cat(sequence, dim=1)
+    start = time.perf_counter()
+    reference = driver.reference(full).logits
+    timings["reference_s"] = time.perf_counter() - start
+    prompt_length = driver.prompt.shape[1]
+    reference_steps = reference[:, prompt_length - 1:, :]
+    steps = [_step_record(k, caches_seen[k], step_logits, reference_steps[:, k, :]) for k, step_logits in enumerate(logits)]
+    finite = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
+    scale = float(finite.abs().max())
+    nonfinite = next((f"cached logits at step {k} are not finite" for k, step_logits in enumerate(logits) if not torch.isfinite(step_logits).all()), None)
+    if nonfinite is None and not torch.isfinite(reference_steps).all():
+        nonfinite = "uncached reference logits are not finite"
+    limit = plan.locate_tolerance.limit(scale) if plan.locate_tolerance is not None else None
+    located = limit is not None and max(s.max_abs_delta for s in steps) > limit
+    unstable = ties = divergence = None
+    if located and limit is not None:
+        start = time.perf_counter()
+        unstable = prefix_instability(_Uncached(driver.reference), full, reference, [prompt_length, full.shape[1] - 1], limit)
+        ties = topk_ties(lambda: driver.reference(full))
+        divergence = _locate(driver, cache, full)
+        timings["locate_s"] = time.perf_counter() - start
+    record = ProbeRecord(
+        plan=plan, dtype=str(next(model.parameters()).dtype).removeprefix("torch."), cache_class=type(cache).__name__,
+        max_cache_len=None, steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
+        divergence=divergence, prefix_instability=unstable, topk_ties=ties, generate=None, timings=timings,
+    )
+    return FamilyRun(record, halves, storage, cache, full)
+
+
+def _pairs(decoded: list[Any], fresh: list[Any]) -> list[Any]:
+    pairs = []
+    for got, want in zip(decoded, fresh, strict=False):
+        keys, ref_keys = getattr(got, "keys", None), getattr(want, "keys", None)
+        ok = isinstance(keys, torch.Tensor) and isinstance(ref_keys, torch.Tensor)
+        pairs.append((keys, got.values, ref_keys, want.values) if ok else None)
+    return pairs
+
+
+def _locate(driver: Driver, cache: Any, full: torch.Tensor) -> Divergence | None:
+    """The first layer and position where the decoded cache departs from a fresh cached pass over ``full``.
+
+    Layer by layer, each layer's self-attention half before its other halves (cross-attention), so a wrong
+    cross-attention cache in layer 0 is named before the self-attention K/V of layer 1 it corrupts.
+    """
+    fresh = returned_cache(driver.fresh(full)) if driver.fresh is not None else None
+    if fresh is None:
+        return None
+    halves = [("", cache_layers, full.shape[1]), *((name, layers_of, None) for name, layers_of in driver.extra_halves.items())]
+    paired = {name: _pairs(layers_of(cache), layers_of(fresh)) for name, layers_of, _ in halves}
+    for index in range(max(len(pairs) for pairs in paired.values())):
+        for name, _, length in halves:
+            pair = paired[name][index] if index < len(paired[name]) else None
+            if pair is None:
+                continue
+            found = locate_divergence([pair], valid_length=length or pair[2].shape[-2])
+            if found is not None:
+                tensor = f"{name} {found.tensor}" if name else found.tensor
+                return Divergence(index, found.position, tensor, found.kind, found.detail)
+    return None

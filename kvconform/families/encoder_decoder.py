@@ -1,0 +1,97 @@
+"""Encoder-decoder cells (text and speech): the encoder runs once, the decoder decodes with a two-half cache.
+
+The prefill feeds the encoder input and the decoder prompt as ``generate()`` does; every decode
+step passes the prefill's encoder output and the cache. The reference is ONE uncached decoder pass
+over the whole decoder sequence with the same encoder output. The encoder's calls are counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from kvconform.cache_io import Model, cache_keyword
+from kvconform.families import CROSS_HALF
+from kvconform.families.decode import Driver, FamilyRun, drive
+from kvconform.families.inputs import encoder_inputs, special_token_ids, text_ids
+from kvconform.probe import ProbePlan
+
+
+@dataclass
+class EncoderDecoderRun:
+    """The decode run plus what the encoder did."""
+
+    run: FamilyRun
+    encoder_length: int
+    encoder_calls: int
+    recipe: str
+
+
+def cross_layers(cache: Any) -> list[Any]:
+    """The cross-attention half's layer objects (empty if the cache has no such half)."""
+    half = getattr(cache, "cross_attention_cache", None)
+    return list(getattr(half, "layers", None) or [])
+
+
+def _decoder_start(model: Model) -> int:
+    """The first decoder token as ``generate()`` picks it: ``decoder_start_token_id``, else ``bos_token_id``.
+
+    Never a pad id: models that mask pad tokens would leave the first query nothing to attend to.
+    """
+    decoder = getattr(model.config, "decoder", None)
+    for name in ("decoder_start_token_id", "bos_token_id"):
+        for source in (model.generation_config, model.config, decoder):
+            value = getattr(source, name, None) if source is not None else None
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+    return 3
+
+
+def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
+    """Prefill (encoder + decoder prompt), decode ``plan.decode_steps`` steps, compare with one uncached decoder pass."""
+    keyword = cache_keyword(model)
+    forbidden = special_token_ids(model.config)
+    device = next(p.device for p in model.parameters())
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    # The encoder reads one token fewer than the decoder prompt, so the two halves' lengths differ at every step.
+    encoder_in = encoder_inputs(model, plan.batch_size, max(2, plan.prompt_length - 1), plan.seed, forbidden)
+    start = torch.full((plan.batch_size, 1), _decoder_start(model))
+    prompt = torch.cat([start, text_ids(plan.batch_size, plan.prompt_length - 1, plan.seed, vocab, forbidden)], dim=1).to(device)
+    calls = []
+    hook = model.get_encoder().register_forward_hook(lambda *_: calls.append(1))
+    encoded: dict[str, Any] = {}
+
+    def prefill() -> Any:
+        # As generate() does: the encoder once, then every decoder call (prefill included) reads its output.
+        encoded["outputs"] = model.get_encoder()(**encoder_in.tensors)
+        return decoder(prompt, True)
+
+    def decoder(ids: torch.Tensor, use_cache: bool, **extra: Any) -> Any:
+        return model(encoder_outputs=encoded["outputs"], decoder_input_ids=ids, use_cache=use_cache, **extra)
+
+    def reference(ids: torch.Tensor) -> Any:
+        # The encoder inputs too, as a teacher-forced call passes them: some models build the decoder's causal
+        # mask only from them (FSMT); the encoder itself is not run again (its output is given).
+        return decoder(ids, False, **encoder_in.tensors)
+
+    def step(token: torch.Tensor, cache: Any) -> Any:
+        output = decoder(token, True, **{keyword: cache})
+        encoded["calls"] = len(calls)  # the cached run only: the reference passes after it are not counted
+        return output
+
+    driver = Driver(
+        prompt=prompt,
+        prefill=prefill,
+        step=step,
+        reference=reference,
+        fresh=lambda ids: decoder(ids, True),
+        forbidden=forbidden,
+        extra_halves={CROSS_HALF: cross_layers},
+    )
+    try:
+        run = drive(model, plan, driver)
+    finally:
+        hook.remove()
+    return EncoderDecoderRun(run, int(encoded["outputs"][0].shape[1]), encoded["calls"], encoder_in.recipe)

@@ -1,0 +1,190 @@
+"""Synthetic inputs per family, shaped from the config alone (no processor, no download).
+
+- text: seeded random token ids that avoid every special id the config names (image, BOS, …);
+- images: ``pixel_values`` of the tower's image size (or Qwen-VL-style flattened patches with a
+  ``image_grid_thw`` grid), and as many image tokens in the prompt as the tower yields features;
+- speech: ``input_features`` with the config's feature width (mel bins or per-channel features)
+  and the frame count its positions ask for, or raw ``input_values``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kvconform.cache_io import Model
+
+#: Grid of image patches per image (before any merge of neighbouring patches).
+GRID = 4
+#: Frames of speech features when the config does not fix them, and raw samples for waveform inputs.
+SPEECH_FRAMES = 32
+SPEECH_SAMPLES = 3200
+
+
+def special_token_ids(config: Any) -> set[int]:
+    """Every id the config (or a sub-config) names in a ``*_token_id``/``*_token_index``/``*_token_ids`` field."""
+    found: set[int] = set()
+    values = config.to_dict() if hasattr(config, "to_dict") else dict(config)
+    stack = [values]
+    while stack:
+        current = stack.pop()
+        for key, value in current.items():
+            if isinstance(value, dict):
+                stack.append(value)
+            elif isinstance(key, str) and key.endswith(("_token_id", "_token_index", "_token_ids", "_token_idx")):
+                items = value if isinstance(value, list) else [value]
+                found.update(v for v in items if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+    return found
+
+
+def text_ids(batch: int, length: int, seed: int, vocab_size: int, forbidden: set[int]) -> torch.Tensor:
+    """Seeded random ids in ``[3, vocab)`` that are no special id (a random image token would ask for an image)."""
+    allowed = torch.tensor([i for i in range(3, max(4, min(vocab_size, 32000))) if i not in forbidden])
+    generator = torch.Generator().manual_seed(seed)
+    return allowed[torch.randint(len(allowed), (batch, length), generator=generator)]
+
+
+def _accepts(model: Model, name: str) -> bool:
+    return name in inspect.signature(model.forward).parameters
+
+
+@dataclass
+class ImageInputs:
+    """Pixel inputs for one image per row, the placeholder id and how many placeholders each row needs."""
+
+    tensors: dict[str, torch.Tensor]
+    token_id: int
+    tokens_per_image: int
+    recipe: str
+
+    def for_sequence(self, model: Model, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The image inputs plus what the sequence needs beside them (modality ids for multimodal rotary positions)."""
+        extra = {}
+        if _accepts(model, "mm_token_type_ids"):
+            extra["mm_token_type_ids"] = (input_ids == self.token_id).int()
+        return {**self.tensors, **extra}
+
+
+def image_token_id(config: Any) -> int:
+    for name in ("image_token_id", "image_token_index", "image_token"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    raise ValueError(f"{type(config).__name__} names no image_token_id / image_token_index")
+
+
+def _vision_config(config: Any) -> Any:
+    vision = getattr(config, "vision_config", None)
+    if vision is None:
+        raise ValueError(f"{type(config).__name__} has no vision_config")
+    return vision
+
+
+def _first(config: Any, *names: str) -> Any:
+    return next((getattr(config, n) for n in names if getattr(config, n, None) is not None), None)
+
+
+def image_inputs(model: Model, batch: int, seed: int) -> ImageInputs:
+    """One synthetic image per row in the layout the forward asks for, and its number of image tokens."""
+    config = model.config
+    vision = _vision_config(config)
+    generator = torch.Generator().manual_seed(seed + 1)
+    channels = int(_first(vision, "num_channels", "in_channels", "in_chans") or 3)
+    patch = int(_first(vision, "patch_size") or 8)
+    dtype = next(model.parameters()).dtype
+    if _accepts(model, "image_grid_thw"):
+        temporal = int(_first(vision, "temporal_patch_size") or 1)
+        pixels = torch.randn(batch * GRID * GRID, channels * temporal * patch * patch, generator=generator)
+        tensors = {"pixel_values": pixels.to(dtype), "image_grid_thw": torch.tensor([[1, GRID, GRID]] * batch)}
+        recipe = f"flattened {GRID}x{GRID} patches with image_grid_thw"
+    else:
+        size = _first(vision, "image_size")
+        size = int(size[0] if isinstance(size, (list, tuple)) else size or GRID * patch)
+        tensors = {"pixel_values": torch.randn(batch, channels, size, size, generator=generator).to(dtype)}
+        recipe = f"pixel_values [B, {channels}, {size}, {size}]"
+    if not _accepts(model, "pixel_values") and _accepts(model, "pixel_values_images"):
+        tensors["pixel_values_images"] = tensors.pop("pixel_values")  # video_llava before transformers 5.24
+        recipe = recipe.replace("pixel_values", "pixel_values_images")
+    device = next(p.device for p in model.parameters())
+    tensors = {k: v.to(device) for k, v in tensors.items()}
+    try:
+        count = count_image_features(model, tensors)
+    except Exception:
+        if "image_grid_thw" in tensors or not _accepts(model, "image_sizes"):
+            raise
+        # Towers of any size (Pixtral) need each image's size; others reject the argument.
+        tensors["image_sizes"] = torch.tensor([list(tensors["pixel_values"].shape[-2:])] * batch, device=device)
+        count = count_image_features(model, tensors)
+        recipe += " with image_sizes"
+    return ImageInputs(tensors, image_token_id(config), count // batch, recipe)
+
+
+def count_image_features(model: Model, tensors: dict[str, torch.Tensor]) -> int:
+    """How many feature vectors the tower makes of ``tensors`` in all (one image token each)."""
+    getter = getattr(model, "get_image_features", None) or model.model.get_image_features
+    names = inspect.signature(getter).parameters
+    output = getter(**{k: v for k, v in tensors.items() if k in names})
+    features = getattr(output, "pooler_output", None)
+    features = output if features is None else features
+    if isinstance(features, torch.Tensor):
+        return int(features.reshape(-1, features.shape[-1]).shape[0])
+    return sum(int(f.reshape(-1, f.shape[-1]).shape[0]) for f in features)
+
+
+def encoder_config(config: Any) -> Any:
+    """The encoder's sub-config of a composite config, else the flat config."""
+    for name in ("encoder", "encoder_config", "audio_config"):
+        sub = getattr(config, name, None)
+        if sub is not None and hasattr(sub, "to_dict"):
+            return sub
+    return config
+
+
+@dataclass
+class EncoderInputs:
+    """What the encoder reads, and how it was shaped."""
+
+    tensors: dict[str, torch.Tensor]
+    recipe: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def encoder_inputs(model: Model, batch: int, length: int, seed: int, forbidden: set[int]) -> EncoderInputs:
+    """Random token ids (text) or features/waveforms shaped from the config (speech) for ``model.main_input_name``."""
+    config = model.config
+    name = getattr(model.get_encoder(), "main_input_name", None) or model.main_input_name
+    generator = torch.Generator().manual_seed(seed + 2)
+    device = next(p.device for p in model.parameters())
+    dtype = next(model.parameters()).dtype
+    encoder = encoder_config(config)
+    if name == "input_ids":
+        vocab = int(_first(encoder, "vocab_size") or _first(config, "vocab_size"))
+        ids = text_ids(batch, length, seed + 2, vocab, forbidden)
+        return EncoderInputs({"input_ids": ids.to(device)}, f"input_ids [B, {length}]")
+    if name == "input_values":
+        wave = torch.randn(batch, SPEECH_SAMPLES, generator=generator)
+        return EncoderInputs({"input_values": wave.to(device, dtype)}, f"input_values [B, {SPEECH_SAMPLES}] (waveform)")
+    if name != "input_features":
+        raise ValueError(f"{type(model).__name__}: no synthetic encoder input for main_input_name {name!r}")
+    width = _first(encoder, "num_mel_bins", "input_feat_per_channel", "feature_size", "input_dim", "feature_projection_input_dim")
+    if width is None:
+        raise ValueError(f"{type(config).__name__}: no feature width (num_mel_bins, input_feat_per_channel, feature_size)")
+    width = int(width) * int(_first(encoder, "input_channels") or 1)
+    if _first(encoder, "num_mel_bins") is not None and _channels_first(model.get_encoder(), width):
+        # Whisper-style [B, features, frames]: two convolutions (stride 1, 2) make max_source_positions positions.
+        source = _first(encoder, "max_source_positions")
+        frames = 2 * int(source) if source else SPEECH_FRAMES
+        features = torch.randn(batch, width, frames, generator=generator)
+        return EncoderInputs({"input_features": features.to(device, dtype)}, f"input_features [B, {width}, {frames}]")
+    features = torch.randn(batch, SPEECH_FRAMES, width, generator=generator)
+    return EncoderInputs({"input_features": features.to(device, dtype)}, f"input_features [B, {SPEECH_FRAMES}, {width}]")
+
+
+def _channels_first(encoder: Model, width: int) -> bool:
+    """Whether the encoder's first layer is a 1-D convolution over ``width`` mel channels ([B, features, frames]);
+    Speech2Text's convolutions also read per-channel features but transpose [B, frames, features] themselves."""
+    first = next((m for m in encoder.modules() if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Linear))), None)
+    return isinstance(first, torch.nn.Conv1d) and first.in_channels == width

@@ -1,0 +1,66 @@
+"""One family cell: run its probe and gather every record its checks read (plain data beyond here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvconform.cache_io import Model
+from kvconform.families import CROSS_HALF, ENCODER_DECODER, VISION_LANGUAGE
+from kvconform.families.decode import FamilyRun
+from kvconform.families.encoder_decoder import probe_encoder_decoder
+from kvconform.families.geometry import cross_attention_geometry, self_attention_geometry
+from kvconform.families.vision_language import probe_vision_language
+from kvconform.geometry import CacheGeometry, cache_geometry, explain
+from kvconform.probe import ProbePlan, ProbeRecord
+
+
+@dataclass
+class CrossHalf:
+    """The cross-attention half of an encoder-decoder cell."""
+
+    record: ProbeRecord
+    """The main record with each step's layers replaced by the cross-attention layers."""
+    geometry: CacheGeometry
+    explanation: str
+    encoder_length: int
+    encoder_calls: int
+    storage: list[list[tuple[int, int] | None]]
+    """Per step, each cross layer's (keys, values) storage pointers."""
+
+
+@dataclass
+class FamilyProbe:
+    """What a family cell's checks read: the core record and geometry, plus the family's own records."""
+
+    record: ProbeRecord
+    geometry: CacheGeometry
+    explanation: str
+    inputs: str
+    """How the synthetic inputs were shaped (image recipe, encoder input)."""
+    cross: CrossHalf | None = None
+    text_only: ProbeRecord | None = None
+
+
+def _half_record(run: FamilyRun, name: str) -> ProbeRecord:
+    steps = [replace(step, layers=layers) for step, layers in zip(run.record.steps, run.halves[name], strict=False)]
+    return replace(run.record, steps=steps)
+
+
+def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
+    """Probe ``model`` as a cell of ``family`` (vision-language or encoder-decoder)."""
+    config = model.config
+    if family == VISION_LANGUAGE:
+        with_image, text_only, recipe = probe_vision_language(model, plan)
+        explanation = f"{explain(config)}; inputs: {recipe}"
+        return FamilyProbe(with_image.record, cache_geometry(config), explanation, recipe, text_only=text_only.record)
+    if family in ENCODER_DECODER:
+        result = probe_encoder_decoder(model, plan)
+        geometry, explanation = self_attention_geometry(config)
+        cross_geometry, cross_explanation = cross_attention_geometry(config, result.encoder_length)
+        cross = CrossHalf(
+            _half_record(result.run, CROSS_HALF), cross_geometry, cross_explanation, result.encoder_length,
+            result.encoder_calls, result.run.half_storage[CROSS_HALF],
+        )
+        inputs = f"encoder: {result.recipe} -> {result.encoder_length} encoder positions"
+        return FamilyProbe(result.run.record, geometry, explanation, inputs, cross=cross)
+    raise ValueError(f"no family probe for {family!r}")

@@ -1,0 +1,90 @@
+"""Which installed model types each family sweep covers, and what is left out with its reason."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from functools import cache, lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from kvconform.families import CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+
+
+@lru_cache(maxsize=1)
+def family_table() -> dict[str, Any]:
+    """The parsed ``families.yaml`` (shrink overrides and measured exclusions per family)."""
+    text = resources.files("kvconform.families").joinpath("families.yaml").read_text()
+    return yaml.safe_load(text) or {}
+
+
+def family_overrides(model_type: str) -> dict[str, Any]:
+    return copy.deepcopy((family_table().get("overrides") or {}).get(model_type, {}))
+
+
+def _mapping(family: str) -> Mapping[str, str]:
+    from transformers.models.auto import modeling_auto as auto
+
+    return {
+        CAUSAL_LM: auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        VISION_LANGUAGE: auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
+        SEQ2SEQ: auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+        SPEECH_SEQ2SEQ: auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES,
+    }[family]
+
+
+def family_model_types(family: str) -> list[str]:
+    """Sorted model types the installed transformers maps for ``family`` (the auto class of the family)."""
+    return sorted(_mapping(family))
+
+
+@cache
+def _is_encoder_decoder(model_type: str) -> bool | None:
+    from transformers import AutoConfig
+
+    try:
+        return bool(getattr(AutoConfig.for_model(model_type), "is_encoder_decoder", False))
+    except Exception:  # noqa: BLE001 - a default config that does not build is reported by the cell itself
+        return None
+
+
+def _structural_reason(family: str, model_type: str) -> str | None:
+    """Why ``model_type`` belongs to another sweep, from the mappings and its default config (not measured runs)."""
+    causal, seq2seq = set(_mapping(CAUSAL_LM)), set(_mapping(SEQ2SEQ))
+    if family == VISION_LANGUAGE:
+        if model_type in causal:
+            return "also a causal-LM type: the causal-lm sweep runs it (text prompt)"
+        if model_type in seq2seq:
+            return "an encoder-decoder: the seq2seq sweep runs it"
+        return None
+    if _is_encoder_decoder(model_type) is False:
+        return ("decoder-only (config.is_encoder_decoder is False): an audio-language model with no cross-attention "
+                "cache, outside the encoder-decoder sweeps")
+    if family == SPEECH_SEQ2SEQ and model_type in seq2seq:
+        return "also in the seq2seq mapping: the seq2seq sweep runs it"
+    return None
+
+
+def sweep_types(family: str) -> tuple[list[str], dict[str, str]]:
+    """(model types the sweep runs, left-out type -> reason) for a family sweep of the installed transformers."""
+    measured = dict((family_table().get("excluded") or {}).get(family) or {})
+    run, left_out = [], {}
+    for model_type in family_model_types(family):
+        reason = _structural_reason(family, model_type) or measured.get(model_type)
+        if reason:
+            left_out[model_type] = reason
+        else:
+            run.append(model_type)
+    return run, left_out
+
+
+def family_of_config(config: Mapping[str, Any]) -> str:
+    """The family a checkpoint's ``config.json`` belongs to (for ``--model``)."""
+    model_type = str(config.get("model_type", ""))
+    if config.get("is_encoder_decoder"):
+        return SPEECH_SEQ2SEQ if model_type in _mapping(SPEECH_SEQ2SEQ) and model_type not in _mapping(SEQ2SEQ) else SEQ2SEQ
+    if model_type in _mapping(VISION_LANGUAGE) and model_type not in _mapping(CAUSAL_LM):
+        return VISION_LANGUAGE
+    return CAUSAL_LM

@@ -1,0 +1,37 @@
+"""Checks only vision-language and encoder-decoder cells have; the core checks run in test_conformance.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvconform.families import checks
+
+
+@pytest.mark.kvconform_check("cross_growth")
+def test_cross_growth(cell, outcome, verdict):
+    """The cross-attention cache holds the encoder length from the prefill on and never grows."""
+    verdict(checks.cross_growth(outcome.family))
+
+
+@pytest.mark.kvconform_check("cross_shapes")
+def test_cross_shapes(cell, outcome, verdict):
+    """Cross-attention K/V are [B, H_kv, encoder length, head_dim] with the decoder's heads from the config."""
+    verdict(checks.cross_shapes(outcome.family))
+
+
+@pytest.mark.kvconform_check("cross_bytes")
+def test_cross_bytes(cell, outcome, verdict):
+    """Cross-attention K/V bytes equal the formula with the encoder length."""
+    verdict(checks.cross_bytes(outcome.family))
+
+
+@pytest.mark.kvconform_check("encoder_once")
+def test_encoder_once(cell, outcome, verdict):
+    """The encoder runs once; the cross-attention K/V written at the prefill are reused at every step."""
+    verdict(checks.encoder_once(outcome.family))
+
+
+@pytest.mark.kvconform_check("text_only")
+def test_text_only(cell, outcome, verdict):
+    """A text-only prompt on a vision-language model: parity and growth as for a causal LM."""
+    verdict(checks.text_only(outcome.family, cell.tolerance))

@@ -1,0 +1,87 @@
+"""Planted faults in the caches of the family cells: each patches transformers for one `with` block.
+
+- ``cross_grows``: the cross-attention cache forgets it was filled, so every decode step recomputes the
+  encoder K/V and appends them (the cross length grows E, 2E, 3E, …);
+- ``cross_recomputed_short``: every decode step recomputes the cross-attention K/V with the wrong length
+  (the encoder output minus its first position) and replaces the cached ones;
+- ``mrope_deltas_dropped``: decode steps of a multimodal-rotary model forget ``rope_deltas``, so positions
+  after the image continue from the token count instead of the image's last position;
+- ``positions_restart_after_image``: decode steps of a multimodal-rotary model restart their positions at 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import torch
+from transformers.cache_utils import EncoderDecoderCache
+from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+
+from tests.faults import Patch, patched
+
+
+class _Forgetful(dict):
+    """An ``is_updated`` map that never remembers: cross-attention K/V are recomputed at every call."""
+
+    def get(self, key: Any, default: Any = None) -> bool:
+        return False
+
+
+def _cross_cache_patch(short: bool) -> list[Patch]:
+    original = EncoderDecoderCache.__init__
+
+    def __init__(self: Any, *caches: Any) -> None:
+        original(self, *caches)
+        self.is_updated = _Forgetful(self.is_updated)
+        if not short:
+            return
+        cross, update = self.cross_attention_cache, self.cross_attention_cache.update
+
+        def recompute(key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any):
+            layer = cross.layers[layer_idx] if layer_idx < len(cross.layers) else None
+            if layer is None or not layer.is_initialized:
+                return update(key_states, value_states, layer_idx, *args, **kwargs)
+            layer.keys, layer.values = key_states[..., 1:, :], value_states[..., 1:, :]
+            return layer.keys, layer.values
+
+        cross.update = recompute
+
+    return [(EncoderDecoderCache, "__init__", __init__)]
+
+
+def _decode_positions(shift: Callable[[Any, int, int, int], torch.Tensor]) -> list[Patch]:
+    """Replace Qwen2-VL's decode-step positions by ``shift(model, batch, cache_length, new_tokens)``."""
+    original = Qwen2VLModel.compute_3d_position_ids
+
+    def compute_3d_position_ids(self: Any, input_ids: Any, inputs_embeds: torch.Tensor, *args: Any, **kwargs: Any):
+        cache = kwargs.get("cache")
+        length = cache.get_seq_length() if cache is not None else 0
+        if length == 0 or self.rope_deltas is None:  # the prefill, or a text-only prompt (no image to drift after)
+            return original(self, input_ids, inputs_embeds, *args, **kwargs)
+        batch, new = inputs_embeds.shape[:2]
+        return shift(self, batch, length, new).to(inputs_embeds.device)
+
+    return [(Qwen2VLModel, "compute_3d_position_ids", compute_3d_position_ids)]
+
+
+def _without_deltas(model: Any, batch: int, length: int, new: int) -> torch.Tensor:
+    return torch.arange(length, length + new).view(1, 1, -1).expand(3, batch, -1)
+
+
+def _restarted(model: Any, batch: int, length: int, new: int) -> torch.Tensor:
+    return torch.arange(new).view(1, 1, -1).expand(3, batch, -1)
+
+
+FAULTS: dict[str, Callable[[], list[Patch]]] = {
+    "cross_grows": lambda: _cross_cache_patch(short=False),
+    "cross_recomputed_short": lambda: _cross_cache_patch(short=True),
+    "mrope_deltas_dropped": lambda: _decode_positions(_without_deltas),
+    "positions_restart_after_image": lambda: _decode_positions(_restarted),
+}
+
+
+def planted(fault: str) -> AbstractContextManager[None]:
+    """Apply one fault from ``FAULTS`` for the duration of the block."""
+    return patched(FAULTS[fault]())

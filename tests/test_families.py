@@ -1,0 +1,153 @@
+"""Family cells: healthy tiny models pass every check; planted cross-attention and position faults are caught and located."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvconform.families import SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families import checks as family_checks
+from kvconform.families.build import build_family, shrink_family_config
+from kvconform.families.probe import FamilyProbe, probe_family
+from kvconform.models import model_in_dtype
+from kvconform.probe import ProbePlan
+from kvconform.results import CheckResult
+from tests.conftest import TOLERANCES
+from tests.family_faults import planted
+
+MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE}
+
+
+@pytest.fixture(scope="session")
+def family_model():
+    """Tiny family models, built once per session."""
+    built: dict[str, torch.nn.Module] = {}
+
+    def get(model_type: str) -> torch.nn.Module:
+        if model_type not in built:
+            family = MODELS[model_type]
+            built[model_type] = build_family(shrink_family_config(model_type, family), family, seed=0)
+        return built[model_type]
+
+    return get
+
+
+def probe_and_check(model: torch.nn.Module, family: str, dtype: str = "float32") -> tuple[FamilyProbe, dict[str, CheckResult]]:
+    """Probe as the suite does for one family cell and run the core and family checks."""
+    tolerance = TOLERANCES[dtype]
+    plan = ProbePlan(batch_size=2, prompt_length=6, decode_steps=8, seed=0, generate=False, locate_tolerance=tolerance)
+    probe = probe_family(model_in_dtype(model, dtype, "cpu"), plan, family)
+    return probe, family_checks.run_all_family(probe, family, tolerance)
+
+
+@pytest.mark.parametrize("model_type", sorted(MODELS))
+def test_healthy_family_models_pass_every_check(family_model, model_type):
+    _, results = probe_and_check(family_model(model_type), MODELS[model_type])
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert not failed, failed
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_healthy_half_precision_cells_pass(family_model, dtype):
+    for model_type in ("t5", "qwen2_vl"):
+        _, results = probe_and_check(family_model(model_type), MODELS[model_type], dtype)
+        failed = {name: r.message for name, r in results.items() if not r.passed}
+        assert not failed, (model_type, failed)
+
+
+def test_encoder_decoder_halves_come_from_the_config(family_model):
+    probe, results = probe_and_check(family_model("whisper"), SPEECH_SEQ2SEQ)
+    config = family_model("whisper").config
+    # Whisper: 2 * max_source_positions mel frames, two convolutions (stride 1, 2) -> max_source_positions positions.
+    assert probe.cross.encoder_length == config.max_source_positions == 64
+    assert results["cross_growth"].measured == "→".join(["64"] * 9)
+    assert results["growth"].measured == "6→7→8→9→10→11→12→13→14"
+    assert results["cross_shapes"].measured == "[2, 4, 64, 16]" and results["shapes"].measured == "[2, 4, 14, 16]"
+    # Cross-attention bytes: 2 layers × (16 + 16) × 4 heads × 64 positions × batch 2 × 4 bytes.
+    assert results["cross_bytes"].measured == f"{2 * 32 * 4 * 64 * 2 * 4:,} B"
+    assert results["cross_shapes"].details["half"] == "cross-attention"
+    assert "decoder_layers=2" in results["shapes"].message and "S = encoder length 64" in results["cross_shapes"].message
+
+
+def test_t5_head_size_is_d_kv(family_model):
+    probe, results = probe_and_check(family_model("t5"), SEQ2SEQ)
+    assert "head_dim=16 from d_kv" in results["shapes"].message
+    assert probe.cross.encoder_length == 5, "the text encoder keeps its input length (prompt_length - 1)"
+
+
+def test_vision_language_prompt_holds_the_image_tokens(family_model):
+    probe, results = probe_and_check(family_model("llava"), VISION_LANGUAGE)
+    # 32 × 32 pixels in 8 × 8 patches: 16 image tokens, between 2 and 4 text tokens.
+    assert "16 image tokens at positions 2-17 of a 22-token prompt" in probe.inputs
+    assert results["growth"].measured.startswith("22→23")
+    qwen, _ = probe_and_check(family_model("qwen2_vl"), VISION_LANGUAGE)
+    # A 4 × 4 patch grid merged 2 × 2: 4 image tokens.
+    assert "4 image tokens at positions 2-5 of a 10-token prompt" in qwen.inputs
+
+
+@pytest.mark.parametrize("model_type", ["bart", "whisper"])
+def test_a_growing_cross_attention_cache_is_caught(family_model, model_type):
+    with planted("cross_grows"):
+        _, results = probe_and_check(family_model(model_type), MODELS[model_type])
+    failed = {name for name, r in results.items() if not r.passed}
+    assert {"cross_growth", "cross_shapes", "cross_bytes", "encoder_once"} <= failed, failed
+    length = 5 if model_type == "bart" else 64
+    assert f"layer 0 stores {2 * length} positions after decode step 1, expected the encoder length {length}" in results["cross_growth"].message
+    assert "rewritten at decode step 1" in results["encoder_once"].message
+    assert {"growth", "shapes", "bytes"}.isdisjoint(failed), "the self-attention half is healthy"
+
+
+@pytest.mark.parametrize("model_type", ["t5", "whisper"])
+def test_cross_attention_recomputed_with_the_wrong_length_is_caught_and_located(family_model, model_type):
+    with planted("cross_recomputed_short"):
+        _, results = probe_and_check(family_model(model_type), MODELS[model_type])
+    failed = {name for name, r in results.items() if not r.passed}
+    assert {"parity", "cross_growth", "cross_shapes", "cross_bytes", "encoder_once"} <= failed, failed
+    assert "decode step 1" in results["cross_growth"].message
+    assert "(cross-attention keys): missing column(s)" in results["parity"].message, results["parity"].message
+
+
+@pytest.mark.parametrize("fault", ["mrope_deltas_dropped", "positions_restart_after_image"])
+def test_positions_that_drift_after_the_image_are_caught_and_located(fault):
+    # A fresh model: Qwen2-VL keeps rope_deltas between sequences (see the README's findings).
+    model = build_family(shrink_family_config("qwen2_vl", VISION_LANGUAGE), VISION_LANGUAGE, seed=0)
+    with planted(fault):
+        probe, results = probe_and_check(model, VISION_LANGUAGE)
+    assert not results["parity"].passed
+    prompt = probe.record.plan.prompt_length
+    assert f"layer 0, position {prompt} (keys): keys differ while values agree" in results["parity"].message, results["parity"].message
+    assert results["text_only"].passed, "a text-only prompt has no image to drift after"
+    assert results["growth"].passed and results["shapes"].passed
+
+
+def test_every_details_field_the_family_checks_write_is_documented(family_model):
+    """Healthy and faulty family cells (cross half, text-only prompt, K/V localization), with the suite's ``half``."""
+    import json
+
+    from kvconform.families import half
+    from kvconform.report import SCHEMA_PATH
+
+    results = [*probe_and_check(family_model("llava"), VISION_LANGUAGE)[1].values(),
+               *probe_and_check(family_model("t5"), SEQ2SEQ)[1].values()]
+    with planted("cross_recomputed_short"):
+        results += probe_and_check(family_model("t5"), SEQ2SEQ)[1].values()
+    written = {key for result in results for key in result.details} | {"half"}
+    assert half(SEQ2SEQ, "growth") is not None and {"encoder_calls", "cross_length_trace", "divergence"} <= written
+    details = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["$defs"]["details"]
+    assert written <= set(details["properties"]), f"undocumented details fields: {sorted(written - set(details['properties']))}"
+    assert set(details["properties"]["half"]["enum"]) == {half(SEQ2SEQ, "growth"), half(SEQ2SEQ, "cross_bytes")}
+
+
+def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model, tmp_path):
+    """``--model FOLDER`` of an encoder-decoder: the family comes from config.json, the probe from the family."""
+    from kvconform.cli_models import spec_from_argument
+    from kvconform.matrix import Settings
+    from kvconform.models import load_master
+
+    family_model("whisper").save_pretrained(tmp_path / "tiny-whisper")
+    spec = spec_from_argument(str(tmp_path / "tiny-whisper"), Settings())
+    assert spec.family == SPEECH_SEQ2SEQ
+    loaded = load_master(spec)
+    assert type(loaded).__name__ == "WhisperForConditionalGeneration"
+    _, results = probe_and_check(loaded, spec.family)
+    assert all(r.passed for r in results.values()), {n: r.message for n, r in results.items() if not r.passed}

@@ -1,0 +1,106 @@
+"""Family sweeps in the matrix, which checks family cells run, and which half an encoder-decoder row describes."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvconform.cells import check_applies, expand_cells
+from kvconform.families import CROSS_HALF, SELF_HALF, half
+from kvconform.families.registry import family_of_config, sweep_types
+from kvconform.matrix import MatrixError, parse_matrix
+
+PATH = Path("matrix.yaml")
+DEFAULTS: dict[str, Any] = {"dtypes": ["float32"], "devices": ["cpu"], "tolerances": {"float32": {"atol": 1e-5, "rtol": 3e-5}}}
+SWEEPS = {
+    "seq2seq": (["bart", "t5"], {"prophetnet": "not prefix-stable by design"}),
+    "image-text-to-text": (["llava", "qwen2_vl"], {}),
+}
+
+
+def parse(models: list[Any]):
+    raw = {"version": 1, "defaults": copy.deepcopy(DEFAULTS), "models": models}
+    return parse_matrix(raw, path=PATH, known_model_types=lambda: ["bart", "llama"], excluded_types={},
+                        family_sweeps=lambda family: copy.deepcopy(SWEEPS[family]))
+
+
+def test_a_family_sweep_suffixes_ids_and_keeps_the_model_type() -> None:
+    matrix = parse([{"sweep": "causal-lm"}, {"sweep": "seq2seq", "exclude": {"t5": "left out here"}}])
+    assert [(m.id, m.model_type, m.family) for m in matrix.models] == [
+        ("bart", "bart", "causal-lm"), ("llama", "llama", "causal-lm"), ("bart-s2s", "bart", "seq2seq")]
+    assert matrix.excluded == {"prophetnet-s2s": "not prefix-stable by design", "t5-s2s": "left out here"}
+
+
+def test_a_single_entry_names_its_family() -> None:
+    (spec,) = parse([{"id": "tiny-vlm", "synthetic": "qwen2_vl", "family": "image-text-to-text"}]).models
+    assert (spec.id, spec.model_type, spec.family) == ("tiny-vlm", "qwen2_vl", "image-text-to-text")
+
+
+@pytest.mark.parametrize(("entry", "fragment"), [
+    ({"sweep": "speech2seq"}, "unknown family 'speech2seq'. Did you mean: speech-seq2seq"),
+    ({"id": "x", "synthetic": "t5", "family": "seq2seqq"}, "unknown family 'seq2seqq'"),
+    ({"id": "x", "synthetic": "gpt2", "family": "seq2seq"}, "unknown model_type 'gpt2'"),
+    ({"sweep": "seq2seq", "family": "seq2seq"}, "a sweep names its family itself"),
+    ({"sweep": "seq2seq", "xfail": {"t5": {"parity": 1}}}, "must be a mapping with reason, kind, expect"),
+])
+def test_family_entry_errors_name_the_entry(entry: dict, fragment: str) -> None:
+    with pytest.raises(MatrixError) as info:
+        parse([entry])
+    assert str(info.value).startswith(f"{PATH}: models[0]") and fragment in str(info.value), str(info.value)
+
+
+def test_family_cells_run_their_family_checks_only() -> None:
+    matrix = parse([{"id": "llama", "synthetic": "llama"}, {"sweep": "seq2seq"}, {"sweep": "image-text-to-text"}])
+    cells = {cell.spec.id: cell for cell in expand_cells(matrix)}
+    runs = {name: {check for check in ("parity", "bytes", "generate", "ragged", "cross_growth", "encoder_once", "text_only")
+                   if check_applies(check, cell)} for name, cell in cells.items()}
+    assert runs["llama"] == {"parity", "bytes", "generate"}  # ragged is off in these defaults
+    assert runs["t5-s2s"] == {"parity", "bytes", "cross_growth", "encoder_once"}
+    assert runs["llava-vl"] == {"parity", "bytes", "text_only"}
+
+
+def test_encoder_decoder_rows_say_which_half_they_describe() -> None:
+    assert [half("seq2seq", c) for c in ("growth", "shapes", "bytes", "cross_shapes", "parity")] == [
+        SELF_HALF, SELF_HALF, SELF_HALF, CROSS_HALF, None]
+    assert half("image-text-to-text", "shapes") is None
+
+
+def test_installed_sweeps_cover_the_issue_models_and_give_reasons() -> None:
+    """With the installed transformers: llava, qwen2_vl, t5 and whisper run; every left-out type has a reason."""
+    runs = {family: sweep_types(family) for family in ("image-text-to-text", "seq2seq", "speech-seq2seq")}
+    assert {"llava", "qwen2_vl"} <= set(runs["image-text-to-text"][0])
+    assert {"t5", "bart"} <= set(runs["seq2seq"][0]) and "whisper" in runs["speech-seq2seq"][0]
+    for family, (types, left_out) in runs.items():
+        assert not set(types) & set(left_out), family
+        assert all(reason.strip() for reason in left_out.values()), family
+    assert "decoder-only" in runs["seq2seq"][1]["qwen2_audio"]
+
+
+@pytest.mark.parametrize(("config", "family"), [
+    ({"model_type": "whisper", "is_encoder_decoder": True}, "speech-seq2seq"),
+    ({"model_type": "t5", "is_encoder_decoder": True}, "seq2seq"),
+    ({"model_type": "llava"}, "image-text-to-text"),
+    ({"model_type": "llama"}, "causal-lm"),
+])
+def test_a_checkpoint_config_names_its_family(config: dict, family: str) -> None:
+    assert family_of_config(config) == family
+
+
+def test_the_default_matrix_runs_or_excludes_every_family_type() -> None:
+    from kvconform.architecture_table import load_architecture_table
+    from kvconform.families import ID_SUFFIX
+    from kvconform.families.registry import family_model_types
+    from kvconform.matrix import load_matrix
+    from kvconform.synthetic import causal_lm_model_types
+
+    repo = Path(__file__).resolve().parents[1]
+    matrix = load_matrix(repo / "model_matrix.yaml", known_model_types=causal_lm_model_types,
+                         excluded_types=load_architecture_table()[1])
+    for family, suffix in ID_SUFFIX.items():
+        wanted = {f"{model_type}-{suffix}" for model_type in family_model_types(family)}
+        run = {m.id for m in matrix.models if m.family == family}
+        assert run | (set(matrix.excluded) & wanted) == wanted, family
+        assert not run & set(matrix.excluded), family

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Reproduce kvconform cell musicgen[float32-cpu-static], check parity, with torch and transformers only.
+
+No known failure is recorded for this cell.
+Prefill 6 seeded random tokens (batch 2), decode 8 greedy steps feeding the model's own cache
+back, and compare every step's logits with ONE uncached forward over the whole sequence
+(causality makes its logits at position t the reference for the step that predicted token t+1).
+Exit 1 when some step differs by more than atol + rtol * max|reference logit| (or the model raises), else 0.
+"""
+import copy
+import inspect
+import os
+import sys
+import tempfile
+
+import torch
+import transformers
+from transformers import AutoConfig, StaticCache
+
+DTYPE, SEED, BATCH, PROMPT, STEPS, CACHE, ATTN = 'float32', 0, 2, 6, 8, 'static', 'sdpa'
+ATOL, RTOL = 1e-05, 3e-05
+CHECK = 'parity'
+CONFIG_JSON = '{\n  "audio_encoder": {\n    "audio_channels": 1,\n    "chunk_length_s": null,\n    "codebook_dim": 128,\n    "codebook_size": 1024,\n    "compress": 2,\n    "dilation_growth_rate": 2,\n    "hidden_size": 64,\n    "kernel_size": 7,\n    "last_kernel_size": 7,\n    "model_type": "encodec",\n    "norm_type": "weight_norm",\n    "normalize": false,\n    "num_filters": 32,\n    "num_lstm_layers": 2,\n    "num_residual_layers": 1,\n    "overlap": null,\n    "pad_mode": "reflect",\n    "residual_kernel_size": 3,\n    "sampling_rate": 24000,\n    "target_bandwidths": [\n      1.5,\n      3.0,\n      6.0,\n      12.0,\n      24.0\n    ],\n    "trim_right_ratio": 1.0,\n    "upsampling_ratios": [\n      8,\n      5,\n      4,\n      2\n    ],\n    "use_causal_conv": true,\n    "use_conv_shortcut": true\n  },\n  "decoder": {\n    "activation_dropout": 0.0,\n    "activation_function": "gelu",\n    "add_cross_attention": false,\n    "attention_dropout": 0.0,\n    "audio_channels": 1,\n    "bos_token_id": 254,\n    "cross_attention_hidden_size": null,\n    "dropout": 0.1,\n    "eos_token_id": null,\n    "ffn_dim": 128,\n    "hidden_size": 64,\n    "initializer_factor": 0.15,\n    "is_decoder": false,\n    "layerdrop": 0.0,\n    "max_position_embeddings": 64,\n    "model_type": "musicgen_decoder",\n    "num_attention_heads": 4,\n    "num_codebooks": 1,\n    "num_hidden_layers": 2,\n    "pad_token_id": 255,\n    "scale_embedding": false,\n    "tie_word_embeddings": false,\n    "use_cache": true,\n    "vocab_size": 256\n  },\n  "initializer_factor": 0.02,\n  "is_encoder_decoder": true,\n  "model_type": "musicgen",\n  "text_encoder": {\n    "classifier_dropout": 0.0,\n    "d_ff": 128,\n    "d_kv": 64,\n    "d_model": 64,\n    "dense_act_fn": "relu",\n    "dropout_rate": 0.1,\n    "eos_token_id": 1,\n    "feed_forward_proj": "relu",\n    "initializer_factor": 1.0,\n    "is_decoder": false,\n    "is_gated_act": false,\n    "layer_norm_epsilon": 1e-06,\n    "model_type": "t5",\n    "num_decoder_layers": 2,\n    "num_heads": 4,\n    "num_layers": 2,\n    "pad_token_id": 0,\n    "relative_attention_max_distance": 128,\n    "relative_attention_num_buckets": 32,\n    "scale_decoder_outputs": true,\n    "tie_word_embeddings": true,\n    "use_cache": true,\n    "vocab_size": 256\n  },\n  "transformers_version": "5.24.0"\n}\n'
+SUB_CONFIG, MODEL_CLASS = 'decoder', 'MusicgenForCausalLM'
+ZERO_INIT_STD = 0.15
+
+
+def build():
+    """The model as kvconform builds it: seeded float32 weights, then from_pretrained(dtype=...) as users load."""
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, "config.json"), "w") as handle:
+            handle.write(CONFIG_JSON)
+        config = AutoConfig.from_pretrained(folder)
+    torch.manual_seed(SEED)
+    model_class = getattr(transformers, MODEL_CLASS)
+    if SUB_CONFIG:  # a composite config whose causal-LM class takes one of its sub-configs
+        model = model_class._from_config(getattr(config, SUB_CONFIG), dtype=torch.float32)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    # kvconform gives all-zero weights (not biases) seeded noise, so selections do not tie (see kvconform/synthetic.py).
+    generator = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.numel() > 1 and param.is_floating_point() and not name.endswith("bias") and not param.any():
+                param.copy_(torch.randn(param.shape, generator=generator) * ZERO_INIT_STD)
+    model = model.float().eval()
+    if DTYPE != "float32":
+        with tempfile.TemporaryDirectory() as folder:
+            model.save_pretrained(folder)
+            model = model_class.from_pretrained(folder, dtype=getattr(torch, DTYPE)).eval()
+    if model.config._attn_implementation != ATTN:  # the cell's attention implementation, as users switch it
+        model.set_attn_implementation(ATTN)
+    return model
+
+
+def forward(model, keyword, cache, **inputs):
+    """A use_cache forward; a model that returns no cache object gets an explicit DynamicCache."""
+    output = model(use_cache=True, **inputs, **({keyword: cache} if cache is not None else {}))
+    returned = getattr(output, "cache", None) or getattr(output, "past_key_values", None) or cache
+    if returned is None:
+        returned = transformers.DynamicCache(config=model.config)
+        output = model(use_cache=True, **inputs, **{keyword: returned})
+    return returned, output
+
+
+@torch.inference_mode()
+def main():
+    """generate(cache_implementation="static") with a plain GenerationConfig, as users call it."""
+    model = build()
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    prompt = torch.randint(3, max(4, min(vocab, 32000)), (BATCH, PROMPT), generator=torch.Generator().manual_seed(SEED))
+    config = transformers.GenerationConfig(max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False, eos_token_id=None,
+                                           pad_token_id=0, cache_implementation="static")
+    try:
+        model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+    except Exception as exc:  # the bug: generate() itself raises
+        print(f"generate(cache_implementation='static') raised {type(exc).__name__}: {exc}")
+        return 1
+    print("generate() ran")
+    return 0
+
+def verdict(deltas, scale):
+    """Print every step's max |Δ| against the limit; 1 when some step is over it."""
+    limit = ATOL + RTOL * scale
+    for k, delta in enumerate(deltas):
+        print(f"step {k} ({'prefill' if k == 0 else 'decode'}): max |cached - uncached| = {delta:.3g}{'  > limit' if delta > limit else ''}")
+    worst = max(deltas)
+    print(f"worst {worst:.3g} vs limit {limit:.3g} ({DTYPE}: {ATOL:g} + {RTOL:g} * max|logit| {scale:.3g})")
+    return 1 if worst > limit else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
