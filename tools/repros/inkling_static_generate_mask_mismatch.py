@@ -7,15 +7,13 @@ back, and compare every step's logits with ONE uncached forward over the whole s
 (causality makes its logits at position t the reference for the step that predicted token t+1).
 Exit 1 when some step differs by more than atol + rtol * max|reference logit| (or the model raises), else 0.
 """
-import copy
-import inspect
 import os
 import sys
 import tempfile
 
 import torch
 import transformers
-from transformers import AutoConfig, StaticCache
+from transformers import AutoConfig
 
 DTYPE, SEED, BATCH, PROMPT, STEPS, CACHE, ATTN = 'float32', 0, 2, 6, 8, 'static', 'eager'
 ATOL, RTOL = 1e-05, 3e-05
