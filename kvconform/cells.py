@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from kvconform.check_table import CHECKS
+from kvconform.checks.table import CHECKS
 from kvconform.families import CAUSAL_LM
 from kvconform.matrix import QUANTIZED, Matrix, ModelSpec, Tolerance
+from kvconform.probe.variants import ragged_row_lengths
 
 #: The attention implementation whose cells keep the short id (``llama[float32-cpu-static]``).
 DEFAULT_ATTENTION = "sdpa"
@@ -43,11 +44,6 @@ class Cell:
 def check_applies(check: str, cell: Cell) -> bool:
     """Whether ``check`` runs on ``cell`` (see the check table: its families, setting, dtypes, caches, attention)."""
     return CHECKS[check].applies(cell.spec.settings, cell.dtype, cell.spec.family, cell.cache, cell.attn == cell.model_attn)
-
-
-def ragged_row_lengths(batch_size: int, prompt_length: int) -> list[int]:
-    """Unpadded prompt lengths of the ragged path's rows: P, P-1, … (at least 2 tokens each)."""
-    return [max(2, prompt_length - row) for row in range(batch_size)]
 
 
 def untestable(check: str, cell: Cell) -> str | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.checkpoint_files import CheckpointFileError, check_safetensors_files, read_config, weight_files
+from kvconform.build.checkpoint_files import CheckpointFileError, check_safetensors_files, read_config, weight_files
 from kvconform.matrix import Matrix, MatrixError, ModelSpec, Settings
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from kvconform.checks.table import CHECK_ORDER
 from kvconform.families import CAUSAL_LM, FAMILIES, ID_SUFFIX
 from kvconform.known_failures import KnownFailure, key_problem, parse_known_failure
 
@@ -318,8 +319,6 @@ def _gguf_location(value: Any, label: str) -> str:
 
 
 def _parse_xfail(raw: Any, label: str) -> dict[str, KnownFailure]:
-    from kvconform.check_table import CHECK_ORDER  # the table reads Settings from this module
-
     _expect(raw, dict, label, "xfail")
     parsed = {}
     for key, entry in raw.items():

@@ -39,7 +39,7 @@ class KvconformState:
     def __init__(self, config: pytest.Config, matrix: Matrix) -> None:
         self.config = config
         self.matrix = matrix
-        from kvconform.support import model_attention
+        from kvconform.build.support import model_attention
 
         self.cells = expand_cells(matrix, model_attention)
         self.cells_by_id = {cell.id: cell for cell in self.cells}
@@ -141,11 +141,11 @@ def _share_cores(workers: int) -> None:
 
 def resolve_matrix(config: pytest.Config) -> Matrix:
     """The matrix file, narrowed by --model/--dtype/--device/--cache/--shard (each option checked first)."""
-    from kvconform.architecture_table import load_architecture_table
+    from kvconform.build.architecture_table import load_architecture_table
+    from kvconform.build.synthetic import causal_lm_model_types
     from kvconform.cli_models import specs_from_cli
     from kvconform.families.registry import sweep_types
     from kvconform.options import NARROWING, check_choices, narrow, parse_shard
-    from kvconform.synthetic import causal_lm_model_types
 
     wanted = {option: check_choices(option, config.getoption(f"kvconform_{field}"))
               for option, (field, _) in NARROWING.items() if config.getoption(f"kvconform_{field}")}
@@ -169,8 +169,8 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
     """Answer ``--list-models`` without collecting or running anything."""
     if not config.getoption("list_models"):
         return None
+    from kvconform.build.support import spec_paths
     from kvconform.listing import render_listing
-    from kvconform.support import spec_paths
 
     print(render_listing(_matrix_or_usage_error(config), spec_paths))
     return 0

@@ -8,8 +8,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from kvconform.build.models import ModelUnavailable, file_digest, resolve_gguf
 from kvconform.matrix import ModelSpec
-from kvconform.models import ModelUnavailable, file_digest, resolve_gguf
 
 
 def describe_model(spec: ModelSpec, model_type: str | None) -> dict[str, Any]:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvconform.architecture_table import architecture_table
+from kvconform.build.architecture_table import architecture_table
+from kvconform.build.synthetic import ZERO_INIT_STD, shrink_config
 from kvconform.cells import Cell
 from kvconform.known_failures import known_failure
-from kvconform.synthetic import ZERO_INIT_STD, shrink_config
 
 #: Paths a script can reproduce; a crash of any check reproduces through ``parity``.
 REPRO_CHECKS = ("parity", "prefix_reuse", "ragged", "generate", "padded_generate", "crop", "beam", "reorder")
@@ -56,7 +56,7 @@ def build():
         model = model_class._from_config(getattr(config, SUB_CONFIG), dtype=torch.float32)
     else:
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    # kvconform gives all-zero weights (not biases) seeded noise, so selections do not tie (see kvconform/synthetic.py).
+    # kvconform gives all-zero weights (not biases) seeded noise, so selections do not tie (see kvconform/build/synthetic.py).
     generator = torch.Generator().manual_seed(SEED)
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
+from kvconform.build.models import load_master, model_in_dtype
+from kvconform.build.support import attention_model, cell_support
 from kvconform.cells import Cell, check_applies, untestable
 from kvconform.families import CAUSAL_LM
-from kvconform.geometry import CacheGeometry, cache_geometry, explain
-from kvconform.models import load_master, model_in_dtype
-from kvconform.probe import ProbePlan, ProbeRecord, run_probe
-from kvconform.support import attention_model, cell_support
+from kvconform.probe.decode import ProbePlan, ProbeRecord, run_probe
 
 
 @dataclass
@@ -124,8 +124,8 @@ def _already_placed(master: Any, cell: Cell) -> bool:
 
 def run_extras(model: Any, plan: ProbePlan, cell: Cell, master: Any, timings: dict[str, float]) -> dict[str, Any]:
     """The cell's generation paths and, for a non-default attention, its agreement with the model's own (timed)."""
-    from kvconform.attention import run_agreement
-    from kvconform.generation import run_beam, run_padded_generate
+    from kvconform.probe.attention import run_agreement
+    from kvconform.probe.generation import run_beam, run_padded_generate
 
     runs = {"beam": lambda: run_beam(model, plan), "padded_generate": lambda: run_padded_generate(model, plan),
             "attn_agreement": lambda: run_agreement(model, master, plan)}

@@ -8,10 +8,10 @@ from typing import NoReturn
 
 import pytest
 
+from kvconform.build.models import ModelRefused, ModelUnavailable
 from kvconform.cells import Cell
 from kvconform.families import half
 from kvconform.known_failures import ExpectedFailure, known_failure
-from kvconform.models import ModelRefused, ModelUnavailable
 from kvconform.plugin import MODEL_KEY, RESULT_KEY, STATE, TIMING_KEY
 from kvconform.results import CheckResult
 from kvconform.runner import CellOutcome, CellRunner

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform import checks
 from kvconform.cells import Cell
+from kvconform.checks import record_checks as checks
 from kvconform.runner import CellOutcome
 
 

@@ -9,14 +9,14 @@ import jsonschema
 import pytest
 import torch
 
-from kvconform import checks
-from kvconform.geometry import cache_geometry, explain
+from kvconform.build.geometry import cache_geometry, explain
+from kvconform.build.models import model_in_dtype
+from kvconform.build.synthetic import build_synthetic, shrink_config
+from kvconform.checks import record_checks as checks
 from kvconform.matrix import Tolerance
-from kvconform.models import model_in_dtype
-from kvconform.probe import ProbePlan, run_probe
+from kvconform.probe.decode import ProbePlan, run_probe
 from kvconform.report import SCHEMA_PATH
 from kvconform.results import CheckResult
-from kvconform.synthetic import build_synthetic, shrink_config
 
 #: The default matrix's tolerances (kept equal to model_matrix.yaml by test_matrix).
 TOLERANCES = {

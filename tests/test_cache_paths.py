@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvconform import checks
 from kvconform.cells import Cell
+from kvconform.checks import record_checks as checks
 from kvconform.matrix import ModelSpec, Settings
 from kvconform.results import CheckResult
 from kvconform.runner import CellRunner

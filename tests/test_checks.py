@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from kvconform import checks
-from kvconform.geometry import FULL, NO_KV, CacheGeometry, LayerGeometry
+from kvconform.build.geometry import FULL, NO_KV, CacheGeometry, LayerGeometry
+from kvconform.checks import record_checks as checks
 from kvconform.matrix import Tolerance
-from kvconform.probe import GenerateRecord, LayerState, ProbePlan, ProbeRecord, StepRecord
+from kvconform.probe.decode import GenerateRecord, ProbePlan, ProbeRecord, StepRecord
+from kvconform.probe.layer_state import LayerState
 from kvconform.report import finite_or_null
 from kvconform.results import Figure
 
@@ -133,7 +134,7 @@ def test_the_suite_has_one_test_per_check_of_the_table() -> None:
     import ast
     from pathlib import Path
 
-    from kvconform.check_table import CHECK_ORDER, FAMILY_CHECKS, RECORD_CHECKS
+    from kvconform.checks.table import CHECK_ORDER, FAMILY_CHECKS, RECORD_CHECKS
     from kvconform.report.views import CHECK_ORDER as REPORT_ORDER
 
     def tests_of(name: str) -> list[str]:

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvconform.checkpoint_files import CheckpointFileError
+from kvconform.build.checkpoint_files import CheckpointFileError
+from kvconform.build.models import ModelRefused, check_weight_safety, load_master
 from kvconform.matrix import ModelSpec
-from kvconform.models import ModelRefused, check_weight_safety, load_master
 from kvconform.report import REPORT_FILES, load_document
 from tests.test_maintainer import SMALL, save_llama
 from tests.test_plugin import CHECKS, DATA, HIDDEN_ENV, INTERRUPT_TEST, Run, assert_one_usage_error, make_suite, run_pytest

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kvconform.build.models import model_in_dtype
 from kvconform.families import SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
 from kvconform.families import checks as family_checks
 from kvconform.families.build import build_family, shrink_family_config
 from kvconform.families.probe import FamilyProbe, probe_family
-from kvconform.models import model_in_dtype
-from kvconform.probe import ProbePlan
+from kvconform.probe.decode import ProbePlan
 from kvconform.results import CheckResult
 from tests.conftest import TOLERANCES
 from tests.family_faults import planted
@@ -140,9 +140,9 @@ def test_every_details_field_the_family_checks_write_is_documented(family_model)
 
 def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model, tmp_path):
     """``--model FOLDER`` of an encoder-decoder: the family comes from config.json, the probe from the family."""
+    from kvconform.build.models import load_master
     from kvconform.cli_models import spec_from_argument
     from kvconform.matrix import Settings
-    from kvconform.models import load_master
 
     family_model("whisper").save_pretrained(tmp_path / "tiny-whisper")
     spec = spec_from_argument(str(tmp_path / "tiny-whisper"), Settings())

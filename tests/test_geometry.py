@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from transformers import AutoConfig
 
-from kvconform.geometry import FULL, NO_KV, SLIDING, cache_geometry, explain
+from kvconform.build.geometry import FULL, NO_KV, SLIDING, cache_geometry, explain
 
 
 def test_gqa_uses_kv_heads_not_query_heads():

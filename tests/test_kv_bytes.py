@@ -1,4 +1,4 @@
-"""The seeds' formula as a calculator: kvconform.formula and the tools/kv_bytes.py CLI."""
+"""The seeds' formula as a calculator: kvconform.checks.formula and the tools/kv_bytes.py CLI."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kvconform.formula import KvBytes, flags_geometry, format_bytes, to_json
+from kvconform.checks.formula import KvBytes, flags_geometry, format_bytes, to_json
 
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "kv_bytes.py"

@@ -25,12 +25,12 @@ from typing import Any
 import pytest
 import torch
 
-import kvconform.models as models
-from kvconform import checks
+import kvconform.build.models as models
+from kvconform.build.models import ModelRefused, check_config_safety, check_weight_safety, load_master
 from kvconform.cells import Cell
+from kvconform.checks import record_checks as checks
 from kvconform.cli_models import spec_from_argument
 from kvconform.matrix import ModelSpec, Settings, Tolerance, parse_matrix
-from kvconform.models import ModelRefused, check_config_safety, check_weight_safety, load_master
 from kvconform.report import REPORT_FILES, merge_documents, strip_volatile
 from kvconform.runner import CellRunner
 from tests.conftest import tiny

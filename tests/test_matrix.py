@@ -262,8 +262,8 @@ def test_load_matrix_reads_the_test_matrix() -> None:
 
 
 def test_the_default_matrix_is_valid_and_matches_the_self_test_tolerances() -> None:
-    from kvconform.architecture_table import load_architecture_table
-    from kvconform.synthetic import causal_lm_model_types
+    from kvconform.build.architecture_table import load_architecture_table
+    from kvconform.build.synthetic import causal_lm_model_types
     from tests.conftest import TOLERANCES
 
     path = REPO / "model_matrix.yaml"

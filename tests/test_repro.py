@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from kvconform.architecture_table import load_architecture_table
+from kvconform.build.architecture_table import load_architecture_table
+from kvconform.build.support import model_attention
+from kvconform.build.synthetic import causal_lm_model_types
 from kvconform.cells import expand_cells
 from kvconform.matrix import load_matrix
-from kvconform.support import model_attention
-from kvconform.synthetic import causal_lm_model_types
 from tests.conftest import probe_and_check, tiny
 
 REPO = Path(__file__).resolve().parents[1]

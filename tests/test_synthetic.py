@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvconform.architecture_table import load_architecture_table
-from kvconform.synthetic import build_synthetic, causal_lm_model_types, shrink_config
+from kvconform.build.architecture_table import load_architecture_table
+from kvconform.build.synthetic import build_synthetic, causal_lm_model_types, shrink_config
 
 
 def test_model_types_are_sorted_and_cover_common_architectures() -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvconform.geometry import cache_geometry
-from kvconform.models import model_in_dtype
+from kvconform.build.geometry import cache_geometry
+from kvconform.build.models import model_in_dtype
 from tests.conftest import probe_and_check, tiny
 
 

@@ -27,13 +27,13 @@ import torch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
 from kvconform import checks  # noqa: E402
-from kvconform.architecture_table import load_architecture_table  # noqa: E402
+from kvconform.build.architecture_table import load_architecture_table  # noqa: E402
+from kvconform.build.models import load_master  # noqa: E402
+from kvconform.build.synthetic import causal_lm_model_types  # noqa: E402
 from kvconform.cells import Cell  # noqa: E402
 from kvconform.matrix import load_matrix  # noqa: E402
-from kvconform.models import load_master  # noqa: E402
-from kvconform.probe import ProbePlan, run_probe  # noqa: E402
+from kvconform.probe.decode import ProbePlan, run_probe  # noqa: E402
 from kvconform.runner import CellRunner  # noqa: E402
-from kvconform.synthetic import causal_lm_model_types  # noqa: E402
 
 
 class ForwardTimer:

@@ -20,9 +20,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-from kvconform.checkpoint_files import CheckpointFileError, read_config
-from kvconform.formula import BYTES_PER_VALUE, KvBytes, flags_geometry, mla_dims, render_text, to_json
-from kvconform.geometry import cache_geometry
+from kvconform.build.checkpoint_files import CheckpointFileError, read_config
+from kvconform.build.geometry import cache_geometry
+from kvconform.checks.formula import BYTES_PER_VALUE, KvBytes, flags_geometry, mla_dims, render_text, to_json
 
 CONFIG_TOKENS = 1024
 SHAPE_FLAGS = ("layers", "kv_heads", "head_dim")

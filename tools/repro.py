@@ -17,12 +17,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from kvconform.architecture_table import load_architecture_table  # noqa: E402
+from kvconform.build.architecture_table import load_architecture_table  # noqa: E402
+from kvconform.build.support import model_attention  # noqa: E402
+from kvconform.build.synthetic import causal_lm_model_types  # noqa: E402
 from kvconform.cells import expand_cells  # noqa: E402
 from kvconform.matrix import MatrixError, load_matrix  # noqa: E402
 from kvconform.repro import REPRO_CHECKS, ReproError, repro_script  # noqa: E402
-from kvconform.support import model_attention  # noqa: E402
-from kvconform.synthetic import causal_lm_model_types  # noqa: E402
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -30,7 +30,7 @@ def survey_one(family: str, model_type: str) -> dict:
     from kvconform.families.checks import run_all_family
     from kvconform.families.probe import probe_family
     from kvconform.matrix import Tolerance
-    from kvconform.probe import ProbePlan
+    from kvconform.probe.decode import ProbePlan
 
     tolerance = Tolerance(atol=1e-5, rtol=3e-5)
     start = time.perf_counter()

@@ -1,7 +1,7 @@
 """Generative families beyond causal LMs: vision-language and encoder-decoder (text and speech).
 
 This module is plain data (no torch): which families exist and which cache half a check's row
-describes; which checks each family runs is in ``kvconform.check_table``. Building, inputs,
+describes; which checks each family runs is in ``kvconform.checks.table``. Building, inputs,
 probing, geometry and the family-only checks live in the submodules.
 """
 

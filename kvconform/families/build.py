@@ -1,6 +1,6 @@
 """Tiny random-weight models of the family types: the causal sweep's shrink, plus vision and audio towers.
 
-The generic shrink of ``kvconform.synthetic`` (hidden 64, 2 layers, 4 heads, 2 KV heads, vocab 256 …)
+The generic shrink of ``kvconform.build.synthetic`` (hidden 64, 2 layers, 4 heads, 2 KV heads, vocab 256 …)
 applies to every sub-config; towers also get small images and patches so a prompt holds a handful of
 image tokens, and T5-style ``d_kv`` and multimodal rotary sections follow the shrunk head size.
 """
@@ -15,9 +15,9 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
+from kvconform.build.synthetic import SIZES, break_zero_init, merge_overrides, shrink_values
 from kvconform.families import CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
 from kvconform.families.registry import family_model_types, family_overrides
-from kvconform.synthetic import SIZES, break_zero_init, merge_overrides, shrink_values
 
 #: Tower sizes, applied to every (sub-)config field of that name whose default is a positive int.
 TOWER_SIZES = {

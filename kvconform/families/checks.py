@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from kvconform import checks
-from kvconform.check_table import CHECK_TABLE, FAMILY_CHECKS
+from kvconform.checks import record_checks as checks
+from kvconform.checks.table import CHECK_TABLE, FAMILY_CHECKS
 from kvconform.families import CROSS_HALF
 from kvconform.families.probe import CrossHalf, FamilyProbe
 from kvconform.matrix import Tolerance

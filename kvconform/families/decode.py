@@ -1,6 +1,6 @@
 """The family decode loop: prefill, N greedy steps feeding the cache back, ONE uncached reference.
 
-The same loop as ``kvconform.probe`` for causal LMs, driven by a family's ``Driver`` (how to prefill
+The same loop as ``kvconform.probe.decode`` for causal LMs, driven by a family's ``Driver`` (how to prefill
 with an image or an encoder input, how to take one step, how to run the uncached reference), so
 the core checks read an ordinary ``ProbeRecord``.
 """
@@ -14,10 +14,12 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import LayerState, Model, cache_layers, returned_cache, seq_length, snapshot_layers
-from kvconform.kv_compare import Divergence, locate_divergence
-from kvconform.probe import ProbePlan, ProbeRecord, StepRecord
-from kvconform.reference_health import prefix_instability, topk_ties
+from kvconform.build.models import Model
+from kvconform.probe.cache_io import cache_layers, returned_cache, seq_length
+from kvconform.probe.decode import ProbePlan, ProbeRecord, StepRecord
+from kvconform.probe.kv_compare import Divergence, locate_divergence
+from kvconform.probe.layer_state import LayerState, snapshot_layers
+from kvconform.probe.reference_health import prefix_instability, topk_ties
 
 
 @dataclass

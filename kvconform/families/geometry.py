@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kvconform.build.geometry import FULL, CacheGeometry, LayerGeometry, cache_geometry
 from kvconform.families import CROSS_HALF, SELF_HALF
-from kvconform.geometry import FULL, CacheGeometry, LayerGeometry, cache_geometry
 
 
 def _get(config: Any, *names: str) -> tuple[Any, str | None]:

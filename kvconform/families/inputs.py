@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import Model
+from kvconform.build.models import Model
 
 #: Grid of image patches per image (before any merge of neighbouring patches).
 GRID = 4

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvconform.cache_io import Model
+from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
+from kvconform.build.models import Model
 from kvconform.families import CROSS_HALF, ENCODER_DECODER, VISION_LANGUAGE
 from kvconform.families.decode import FamilyRun
 from kvconform.families.encoder_decoder import probe_encoder_decoder
 from kvconform.families.geometry import cross_attention_geometry, self_attention_geometry
 from kvconform.families.vision_language import probe_vision_language
-from kvconform.geometry import CacheGeometry, cache_geometry, explain
-from kvconform.probe import ProbePlan, ProbeRecord
+from kvconform.probe.decode import ProbePlan, ProbeRecord
 
 
 @dataclass

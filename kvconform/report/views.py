@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from kvconform.check_table import CHECK_ORDER
+from kvconform.checks.table import CHECK_ORDER
 from kvconform.report.document import Doc, result_sort_key
 from kvconform.results import OUTCOMES
 from kvconform.run_status import banners

@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import Model, new_cache, returned_cache, seq_length
-from kvconform.support import crop_support
-from kvconform.variants import PathNotApplicable, PathRecord, row_delta, summarize
+from kvconform.build.models import Model
+from kvconform.build.support import crop_support
+from kvconform.probe.cache_io import new_cache, returned_cache, seq_length
+from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
 #: Tokens rolled back: a typical number of rejected draft tokens.
 CROP_TOKENS = 3

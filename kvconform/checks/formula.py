@@ -1,6 +1,6 @@
 """The seeds' KV-cache formula as exact arithmetic: ``2 × L × H_kv × d_head × N × B × bytes``.
 
-Per-layer shapes come from :mod:`kvconform.geometry`; this module only multiplies and formats.
+Per-layer shapes come from :mod:`kvconform.build.geometry`; this module only multiplies and formats.
 Bytes per value are fractions (int4 is half a byte), so every total that should be an integer is one.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from kvconform.geometry import FULL, NO_KV, SLIDING, CacheGeometry, LayerGeometry
+from kvconform.build.geometry import FULL, NO_KV, SLIDING, CacheGeometry, LayerGeometry
 
 FORMULA = "2 × L × H_kv × d_head × N × B × bytes"
 BYTES_PER_VALUE: dict[str, Fraction] = {

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from kvconform.cache_io import Model
+from kvconform.build.models import Model
 
 
 @dataclass(frozen=True)

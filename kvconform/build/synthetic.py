@@ -20,7 +20,7 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 )
 
-from kvconform.architecture_table import architecture_table, load_architecture_table
+from kvconform.build.architecture_table import architecture_table, load_architecture_table
 
 VOCAB_SIZE = 256
 MIN_LAYERS = 2

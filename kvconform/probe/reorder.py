@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import Model, forward_keeping_cache, new_cache, returned_cache, seq_length
-from kvconform.variants import PathNotApplicable, PathRecord, row_delta, summarize
+from kvconform.build.models import Model
+from kvconform.probe.cache_io import forward_keeping_cache, new_cache, returned_cache, seq_length
+from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
 
 def _decode(model: Model, keyword: str, cache: Any, tokens: torch.Tensor) -> tuple[list[torch.Tensor], list[int | None], Any]:

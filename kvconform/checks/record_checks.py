@@ -10,13 +10,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
-from kvconform import path_checks
-from kvconform.cache_io import LayerState
-from kvconform.check_table import PATH_CHECKS, RECORD_CHECKS
-from kvconform.geometry import CacheGeometry, LayerGeometry
+from kvconform.build.geometry import CacheGeometry, LayerGeometry
+from kvconform.checks import path_checks
+from kvconform.checks.table import PATH_CHECKS, RECORD_CHECKS
 from kvconform.matrix import Tolerance
-from kvconform.probe import GenerateRecord, ProbeRecord, StepRecord
-from kvconform.quantized import SCALES_PER_LAYER
+from kvconform.probe.decode import GenerateRecord, ProbeRecord, StepRecord
+from kvconform.probe.layer_state import LayerState
+from kvconform.probe.quantized import SCALES_PER_LAYER
 from kvconform.results import CheckResult, Figure
 
 BYTES_PER_VALUE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
@@ -365,7 +365,7 @@ _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResu
 #: Checks that read a record the runner adds beside the probe's (``ProbeRecord.extras``).
 EXTRA_CHECKS = ("beam", "padded_generate", "attn_agreement")
 if set(_RUN) != set(RECORD_CHECKS):  # the check table and its functions must name the same checks
-    raise ImportError(f"kvconform.checks binds {sorted(_RUN)}, the check table's record checks are {sorted(RECORD_CHECKS)}")
+    raise ImportError(f"kvconform.checks.record_checks binds {sorted(_RUN)}, the check table's record checks are {sorted(RECORD_CHECKS)}")
 
 
 def run_check(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> CheckResult:

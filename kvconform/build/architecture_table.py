@@ -13,7 +13,7 @@ import yaml
 @lru_cache(maxsize=1)
 def architecture_table() -> dict[str, Any]:
     """The parsed architectures.yaml (read once)."""
-    text = resources.files("kvconform").joinpath("architectures.yaml").read_text()
+    text = resources.files("kvconform.build").joinpath("architectures.yaml").read_text()
     return yaml.safe_load(text) or {}
 
 

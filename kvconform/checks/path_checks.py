@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from kvconform.attention import AgreementRecord
-from kvconform.generation import BeamRecord
 from kvconform.matrix import Tolerance
-from kvconform.quantized import QuantizedKVRecord
+from kvconform.probe.attention import AgreementRecord
+from kvconform.probe.generation import BeamRecord
+from kvconform.probe.quantized import QuantizedKVRecord
 from kvconform.results import CheckResult, Figure
 
 #: A beam score is the mean log-probability of its tokens; a log-softmax moves by at most twice the

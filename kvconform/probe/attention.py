@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import Model, input_device, make_prompt
+from kvconform.build.models import Model
+from kvconform.probe.cache_io import input_device, make_prompt
 
 
 @dataclass

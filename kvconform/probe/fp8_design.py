@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
-from kvconform.cache_io import Model
-from kvconform.quantized import QuantizedKVRecord
+from kvconform.build.models import Model
+from kvconform.probe.quantized import QuantizedKVRecord
 
 #: float8_e4m3fn's largest finite value: a frozen scale maps |x| > 448 × scale to ±448 × scale (saturation).
 FP8_MAX = 448.0

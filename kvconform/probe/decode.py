@@ -14,9 +14,11 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import (
-    LayerState,
-    Model,
+from kvconform.build.geometry import cache_geometry
+from kvconform.build.models import Model
+from kvconform.matrix import Tolerance
+from kvconform.probe.cache_io import (
+    cache_implementation,
     cache_keyword,
     cache_layers,
     forward_keeping_cache,
@@ -25,16 +27,15 @@ from kvconform.cache_io import (
     new_cache,
     returned_cache,
     seq_length,
-    snapshot_layers,
 )
-from kvconform.crop import run_crop
-from kvconform.geometry import cache_geometry
-from kvconform.kv_compare import Divergence, LayerPair, locate_divergence
-from kvconform.matrix import Tolerance
-from kvconform.quantized import QuantizedKVRecord
-from kvconform.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
-from kvconform.reorder import run_reorder
-from kvconform.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
+from kvconform.probe.crop import run_crop
+from kvconform.probe.fp8_design import compare_with_design, design_cache
+from kvconform.probe.kv_compare import Divergence, LayerPair, locate_divergence
+from kvconform.probe.layer_state import LayerState, snapshot_layers
+from kvconform.probe.quantized import QuantizedKVRecord
+from kvconform.probe.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
+from kvconform.probe.reorder import run_reorder
+from kvconform.probe.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
 
 
 @dataclass(frozen=True)
@@ -257,8 +258,6 @@ def _design_reference(model: Model, keyword: str, full: torch.Tensor, prompt_len
                       cache: Any) -> tuple[torch.Tensor, QuantizedKVRecord]:
     """The same prefill and decode through the fp8 design on full-precision storage: its logits [B, N+1, V]
     and the real cache's stored values compared with the design's."""
-    from kvconform.fp8_design import compare_with_design, design_cache
-
     design = design_cache(model)
     logits = [model(input_ids=full[:, :prompt_length], use_cache=True, **{keyword: design}).logits[:, -1, :]]
     for position in range(prompt_length, full.shape[1]):
@@ -328,8 +327,6 @@ def run_generate(model: Model, prompt: torch.Tensor, steps: int, cache: str = "d
 
 def _generate_both(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: int, config_class: Any,
                    cache: str) -> dict[bool, Any]:
-    from kvconform.generation import cache_implementation
-
     runs = {}
     for use_cache in (True, False):
         # The model's own generation config (decoder start token and the like) with greedy, fixed-length settings.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kvconform.architecture_table import cache_layout_facts
+from kvconform.build.architecture_table import cache_layout_facts
 
 #: Layer types that keep K/V per token, and how many tokens they keep.
 FULL, SLIDING, NO_KV = "full", "sliding", "no_kv"

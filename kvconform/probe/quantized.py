@@ -14,39 +14,9 @@ full precision and the saturation are reported as findings.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-
-from kvconform.cache_io import LayerState
 
 #: Per layer: one scale for the keys and one for the values (per-tensor quantization).
 SCALES_PER_LAYER = 2
-
-
-def _nbytes(tensor: Any) -> int:
-    return tensor.numel() * tensor.element_size() if isinstance(tensor, torch.Tensor) else 0
-
-
-def quantized_state(index: int, layer: Any) -> LayerState | None:
-    """The stored state of a quantized layer, or ``None`` for any other layer."""
-    from transformers.cache_utils import BaseQuantizedLayer
-
-    if not isinstance(layer, BaseQuantizedLayer):
-        return None
-    stored: list[Any] = [getattr(layer, "_quantized_keys", None), getattr(layer, "_quantized_values", None)]
-    if stored == [None, None]:  # never updated (e.g. a cross-attention layer's slot)
-        return LayerState(index=index, layer_class=type(layer).__name__, keys_shape=None, values_shape=None, dtype=None, kv_bytes=0)
-    if not all(isinstance(part, tuple) and len(part) == 2 for part in stored):
-        raise TypeError(f"{type(layer).__name__}: unknown quantized layout (kvconform reads the fp8 backend's (values, scale) pairs)")
-    (keys, key_scale), (values, value_scale) = stored
-    scale_bytes = _nbytes(key_scale) + _nbytes(value_scale)
-    residual = _nbytes(getattr(layer, "keys", None)) + _nbytes(getattr(layer, "values", None))
-    return LayerState(
-        index=index, layer_class=type(layer).__name__, keys_shape=tuple(keys.shape), values_shape=tuple(values.shape),
-        dtype=str(keys.dtype).removeprefix("torch."), kv_bytes=_nbytes(keys) + _nbytes(values) + scale_bytes + residual,
-        scale_bytes=scale_bytes, residual_bytes=residual,
-    )
 
 
 @dataclass

@@ -8,12 +8,8 @@ from typing import Any
 
 import torch
 
-#: A transformers model (a ``PreTrainedModel``): typed ``Any`` because its attributes are dynamic
-#: (``nn.Module.__getattr__``) and its API is only partly annotated.
-Model = Any
-
-#: The ``QuantizedCache`` backend that needs no extra package (float8 values with a per-tensor scale).
-QUANTIZED_BACKEND = "fp8"
+from kvconform.build.models import Model
+from kvconform.build.support import QUANTIZED_BACKEND
 
 #: Cache keywords, newest first: ``cache`` (5.24+), ``past_key_values``, ``cache_params`` (SSMs before 5.24).
 CACHE_KEYWORDS = ("cache", "past_key_values", "cache_params")
@@ -112,51 +108,10 @@ def seq_length(cache: Any) -> int | None:
         return None
 
 
-@dataclass
-class LayerState:
-    """One cache layer after a step: K/V shapes and bytes, or the states it keeps instead."""
-
-    index: int
-    layer_class: str
-    keys_shape: tuple[int, ...] | None
-    values_shape: tuple[int, ...] | None
-    dtype: str | None
-    kv_bytes: int
-    state_shapes: tuple[tuple[int, ...], ...] = ()
-    scale_bytes: int = 0
-    """Quantized layers: bytes of the quantization scales (included in ``kv_bytes``)."""
-    residual_bytes: int = 0
-    """Quantized layers: bytes of the full-precision part kept beside the quantized one (included in ``kv_bytes``)."""
-
-
-def snapshot_layers(cache: Any) -> list[LayerState]:
-    """Shapes, dtype and tensor bytes of every layer's K/V (or its non-K/V states)."""
-    from kvconform.quantized import quantized_state
-
-    states = []
-    for index, layer in enumerate(cache_layers(cache)):
-        quantized = quantized_state(index, layer)
-        if quantized is not None:
-            states.append(quantized)
-            continue
-        keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-        kv = (keys, values) if isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 3 else None
-        kv_bytes = sum(t.numel() * t.element_size() for t in kv) if kv else 0
-        other = [
-            tuple(t.shape)
-            for name in ("conv_states", "recurrent_states")
-            for t in (getattr(layer, name, None) or {}).values()
-            if isinstance(t, torch.Tensor)
-        ]
-        states.append(
-            LayerState(
-                index=index,
-                layer_class=type(layer).__name__,
-                keys_shape=tuple(kv[0].shape) if kv else None,
-                values_shape=tuple(kv[1].shape) if kv else None,
-                dtype=str(kv[0].dtype).removeprefix("torch.") if kv else None,
-                kv_bytes=kv_bytes,
-                state_shapes=tuple(other),
-            )
-        )
-    return states
+def cache_implementation(cache: str) -> dict[str, Any]:
+    """The ``generate()`` arguments that make it build the cell's cache kind."""
+    if cache == "dynamic":
+        return {}
+    if cache == "quantized":
+        return {"cache_implementation": "quantized", "cache_config": {"backend": QUANTIZED_BACKEND}}
+    return {"cache_implementation": cache}

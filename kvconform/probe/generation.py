@@ -15,22 +15,14 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import QUANTIZED_BACKEND, Model, input_device, make_prompt
-from kvconform.probe import GenerateRecord, run_generate
+from kvconform.build.models import Model
+from kvconform.probe.cache_io import cache_implementation, input_device, make_prompt
+from kvconform.probe.decode import GenerateRecord, run_generate
 
 #: Beams in the beam-search check: enough that reordering moves rows between beams.
 NUM_BEAMS = 3
 #: What generate() raises for a model whose cache cannot be reordered (generation/utils.py, beam search).
 CANNOT_REORDER = "cannot use beam search with a cache currently, as the cache cannot be reordered"
-
-
-def cache_implementation(cache: str) -> dict[str, Any]:
-    """The ``generate()`` arguments that make it build the cell's cache kind."""
-    if cache == "dynamic":
-        return {}
-    if cache == "quantized":
-        return {"cache_implementation": "quantized", "cache_config": {"backend": QUANTIZED_BACKEND}}
-    return {"cache_implementation": cache}
 
 
 def left_padded(prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,12 +20,15 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import Model
-from kvconform.checkpoint_files import check_safetensors_files, read_config
+from kvconform.build.checkpoint_files import check_safetensors_files, read_config
 from kvconform.matrix import ModelSpec
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 CACHE_DIR_ENV = "KVCONFORM_CACHE_DIR"
+
+#: A transformers model (a ``PreTrainedModel``): typed ``Any`` because its attributes are dynamic
+#: (``nn.Module.__getattr__``) and its API is only partly annotated.
+Model = Any
 
 
 class ModelRefused(RuntimeError):
@@ -97,7 +100,7 @@ def _build_synthetic(spec: ModelSpec) -> Model:
         from kvconform.families.build import build_family, shrink_family_config
 
         return build_family(shrink_family_config(spec.location, spec.family, spec.config), spec.family, seed=spec.settings.seed)
-    from kvconform.synthetic import build_synthetic, shrink_config
+    from kvconform.build.synthetic import build_synthetic, shrink_config
 
     return build_synthetic(shrink_config(spec.location, spec.config), seed=spec.settings.seed)
 

@@ -8,9 +8,12 @@ families run; each refuses to import if its bindings and the table ever differ.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvconform.families import CAUSAL_LM, ENCODER_DECODER, FAMILIES, VISION_LANGUAGE
-from kvconform.matrix import Settings
+
+if TYPE_CHECKING:  # matrix.py reads the table to validate known-failure keys
+    from kvconform.matrix import Settings
 
 #: Cache kinds whose reference is a full-precision run: the fp8 cache leaves it by design (its frozen scale
 #: saturates), so quantized cells are judged against the fp8 design instead (README, "Cache paths").

@@ -17,11 +17,14 @@ from typing import Any
 
 import torch
 
-from kvconform.cache_io import QUANTIZED_BACKEND, Model
+from kvconform.build.models import Model
 from kvconform.matrix import ModelSpec
 
 #: A cache length for trial construction (the layers are allocated lazily).
 _TRIAL_LENGTH = 8
+
+#: The ``QuantizedCache`` backend that needs no extra package (float8 values with a per-tensor scale).
+QUANTIZED_BACKEND = "fp8"
 
 
 def model_class(model_type: str) -> Any:
@@ -89,7 +92,7 @@ LISTED_PATHS = ("static", "quantized", "sdpa", "eager", "crop")
 
 def spec_paths(spec: ModelSpec) -> dict[str, str | None]:
     """For a synthetic entry: why each of ``LISTED_PATHS`` does not run (``None``: it runs), by the rules the runner applies."""
-    from kvconform.synthetic import shrink_config
+    from kvconform.build.synthetic import shrink_config
 
     if spec.model_type is None:
         raise ValueError(f"{spec.id}: a checkpoint's paths are decided when it is loaded")
