@@ -90,11 +90,11 @@ def test_a_checkpoint_config_names_its_family(config: dict, family: str) -> None
 
 
 def test_the_default_matrix_runs_or_excludes_every_family_type() -> None:
-    from kvconform.architecture_table import load_architecture_table
+    from kvconform.build.architecture_table import load_architecture_table
+    from kvconform.build.synthetic import causal_lm_model_types
     from kvconform.families import ID_SUFFIX
     from kvconform.families.registry import family_model_types
     from kvconform.matrix import load_matrix
-    from kvconform.synthetic import causal_lm_model_types
 
     repo = Path(__file__).resolve().parents[1]
     matrix = load_matrix(repo / "model_matrix.yaml", known_model_types=causal_lm_model_types,
@@ -104,3 +104,15 @@ def test_the_default_matrix_runs_or_excludes_every_family_type() -> None:
         run = {m.id for m in matrix.models if m.family == family}
         assert run | (set(matrix.excluded) & wanted) == wanted, family
         assert not run & set(matrix.excluded), family
+
+
+def test_family_cells_run_the_dynamic_cache_with_their_own_attention_only() -> None:
+    """The cache-path axes are causal-LM only: a family sweep under static/quantized/eager defaults gets one cell per dtype."""
+    raw: dict[str, Any] = {"caches": ["dynamic", "static", "quantized"], "attentions": ["sdpa", "eager"]}
+    matrix = parse([{"id": "llama", "synthetic": "llama", **raw}, {"sweep": "seq2seq", **raw}])
+    paths: dict[str, set[tuple[str, str]]] = {}
+    for cell in expand_cells(matrix):
+        paths.setdefault(cell.spec.id, set()).add((cell.cache, cell.attn))
+    assert paths["bart-s2s"] == paths["t5-s2s"] == {("dynamic", "sdpa")}
+    assert paths["llama"] == {("dynamic", "sdpa"), ("dynamic", "eager"), ("static", "sdpa"), ("static", "eager"),
+                              ("quantized", "sdpa")}
