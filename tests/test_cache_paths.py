@@ -5,6 +5,7 @@ path fails that path's check with a located message."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from kvconform.cells import Cell
 from kvconform.checks import record_checks as checks
@@ -129,3 +130,23 @@ def test_planted_path_fault_fails_its_check(runner, fault, dtype):
     assert _failed(results).keys() == fails & results.keys(), _failed(results)
     assert located in results[check].message, results[check].message
     assert all(results[name].measured != "error" for name in fails & results.keys()), _failed(results)
+
+
+def test_a_release_without_the_fp8_backend_lists_quantized_cells_as_not_applicable(monkeypatch):
+    """transformers 5.20 has no ``QuantizedCache(backend="fp8")`` nor ``BaseQuantizedLayer``: a listed reason, no crash."""
+    import transformers
+    from transformers import cache_utils
+
+    from kvconform.build import support
+    from kvconform.probe.layer_state import snapshot_layers
+
+    config = transformers.LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=64)
+    assert support.cache_support(transformers.LlamaForCausalLM, config, "quantized") is None
+    monkeypatch.delattr(cache_utils, "Fp8QuantizedLayer")
+    monkeypatch.delattr(cache_utils, "BaseQuantizedLayer")
+    reason = support.cache_support(transformers.LlamaForCausalLM, config, "quantized")
+    assert reason is not None and f"transformers {transformers.__version__} has no QuantizedCache backend 'fp8'" in reason
+    cache = transformers.DynamicCache(config=config)
+    cache.update(torch.ones(1, 2, 3, 8), torch.ones(1, 2, 3, 8), 0)
+    assert [state.keys_shape for state in snapshot_layers(cache)][:1] == [(1, 2, 3, 8)]

@@ -52,6 +52,13 @@ def attention_support(cls: Any, attn: str) -> str | None:
     return None
 
 
+def has_fp8_backend() -> bool:
+    """Whether the installed transformers builds ``QuantizedCache(backend="fp8")`` (5.24 does, 5.20 does not)."""
+    from transformers import cache_utils
+
+    return hasattr(cache_utils, "Fp8QuantizedLayer")
+
+
 def cache_support(cls: Any, config: Any, cache: str) -> str | None:
     """Why ``generate()`` would not run ``cls`` with a ``cache`` cache, or ``None``."""
     if cache == "dynamic":
@@ -60,6 +67,11 @@ def cache_support(cls: Any, config: Any, cache: str) -> str | None:
         return (f"{cls.__name__} keeps its own state outside transformers' Cache classes: generate() ignores "
                 f"cache_implementation={cache!r} (_supports_default_dynamic_cache is False)")
     text = config.get_text_config(decoder=True)
+    if cache == "quantized" and not has_fp8_backend():
+        import transformers
+
+        return (f"transformers {transformers.__version__} has no QuantizedCache backend {QUANTIZED_BACKEND!r} "
+                "(it came in a later release; the quanto and hqq backends need extra packages)")
     if cache == "quantized" and getattr(text, "is_encoder_decoder", False):
         return "generate() refuses the quantized cache for encoder-decoder configs"
     from transformers import QuantizedCache, StaticCache

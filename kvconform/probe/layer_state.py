@@ -65,9 +65,11 @@ def _nbytes(tensor: Any) -> int:
 
 def quantized_state(index: int, layer: Any) -> LayerState | None:
     """The stored state of a quantized layer, or ``None`` for any other layer."""
-    from transformers.cache_utils import BaseQuantizedLayer
+    from transformers import cache_utils
 
-    if not isinstance(layer, BaseQuantizedLayer):
+    # Releases before the fp8 backend (5.20) have no BaseQuantizedLayer, and kvconform builds no other quantized cache.
+    quantized_class = getattr(cache_utils, "BaseQuantizedLayer", None)
+    if quantized_class is None or not isinstance(layer, quantized_class):
         return None
     stored: list[Any] = [getattr(layer, "_quantized_keys", None), getattr(layer, "_quantized_values", None)]
     if stored == [None, None]:  # never updated (e.g. a cross-attention layer's slot)

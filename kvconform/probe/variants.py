@@ -105,8 +105,10 @@ def _mask_as_generate_feeds(model: Model, cache: Any, ids: torch.Tensor, attenti
         return attention
     build = getattr(model, "create_masks_for_generate", create_masks_for_generate)
     dtype = next(model.parameters()).dtype
+    # The cache argument is ``cache`` from 5.24 on, ``past_key_values`` before.
+    cache_argument = "cache" if "cache" in inspect.signature(build).parameters else "past_key_values"
     return build(config=model.config, inputs_embeds=torch.empty((ids.shape[0], ids.shape[1], 0), dtype=dtype, device=ids.device),
-                 attention_mask=attention, cache=cache, position_ids=positions.get("position_ids"))
+                 attention_mask=attention, position_ids=positions.get("position_ids"), **{cache_argument: cache})
 
 
 @torch.inference_mode()
