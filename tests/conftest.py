@@ -1,22 +1,21 @@
-"""Shared helpers for the self-tests: tiny seeded models and a one-call probe-and-check."""
+"""Shared helpers for the self-tests: tiny seeded models, a one-call probe-and-check, inner pytest runs."""
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 import torch
 
 from kvconform.build.geometry import cache_geometry, explain
-from kvconform.build.models import model_in_dtype
+from kvconform.build.models import cache_dir, model_in_dtype
 from kvconform.build.synthetic import build_synthetic, shrink_config
 from kvconform.checks import record_checks as checks
 from kvconform.matrix import Tolerance
 from kvconform.probe.decode import ProbePlan, run_probe
-from kvconform.report import SCHEMA_PATH
 from kvconform.results import CheckResult
+from tests.inner import Inner, SharedRuns
 
 #: The default matrix's tolerances (kept equal to model_matrix.yaml by test_matrix).
 TOLERANCES = {
@@ -24,16 +23,6 @@ TOLERANCES = {
     "float16": Tolerance(atol=1e-3, rtol=2e-2),
     "bfloat16": Tolerance(atol=1e-2, rtol=1e-1),
 }
-
-
-#: Validator of the published report schema (kvconform/report/conformance.schema.json).
-SCHEMA_VALIDATOR = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
-
-
-def schema_problems(doc: Any) -> list[str]:
-    """Where ``doc`` breaks the published report schema (empty when it conforms)."""
-    return [f"{'/'.join(map(str, error.absolute_path)) or '(document)'}: {error.message}"
-            for error in SCHEMA_VALIDATOR.iter_errors(doc)]
 
 
 def tiny(model_type: str, **overrides: Any) -> torch.nn.Module:
@@ -64,3 +53,22 @@ def llama() -> torch.nn.Module:
 def mistral() -> torch.nn.Module:
     """Every layer slides with a window of 4, so a 6-token prompt already crosses it."""
     return tiny("mistral", sliding_window=4)
+
+
+@pytest.fixture(scope="session")
+def outer_cache_dir() -> Path:
+    """kvconform's cache folder as the outer run sees it: session-scoped, so it is read before the function-scoped
+    ``pytester`` points HOME at a temporary folder."""
+    return cache_dir()
+
+
+@pytest.fixture
+def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, outer_cache_dir: Path) -> Inner:
+    """Inner pytest runs of the suite under this test's pytester folder (tests/inner.py)."""
+    return Inner(pytester, monkeypatch, outer_cache_dir)
+
+
+@pytest.fixture(scope="module")
+def shared_runs() -> SharedRuns:
+    """Inner runs several tests of this module read, each made once (tests/inner.py)."""
+    return SharedRuns()

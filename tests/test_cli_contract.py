@@ -23,22 +23,14 @@ from kvconform.build.checkpoint_files import CheckpointFileError
 from kvconform.build.models import ModelRefused, check_weight_safety, load_master
 from kvconform.matrix import ModelSpec
 from kvconform.report import REPORT_FILES, load_document
+from tests.inner import DATA, Inner, Run, SharedRuns
 from tests.test_maintainer import SMALL, save_llama
-from tests.test_plugin import CHECKS, DATA, HIDDEN_ENV, INTERRUPT_TEST, Run, assert_one_usage_error, make_suite, run_pytest
+from tests.test_plugin import CHECKS, INTERRUPT_TEST, assert_one_usage_error
 from tests.test_report import make_doc
 
 REPO = Path(__file__).resolve().parents[1]
 GREEN = ("-k", "llama-gqa and dynamic")  # main.yaml narrowed to one healthy cell: 5 passing checks
 GREEN_CELL = "llama-gqa[float32-cpu-dynamic]"
-
-
-def run_process(workdir: Path, *args: str, env: dict[str, str] | None = None) -> Run:
-    """``python -m pytest -p kvconform.plugin ARGS`` in a fresh interpreter, reports in ``workdir/reports``."""
-    environment = {k: v for k, v in os.environ.items() if k not in HIDDEN_ENV} | (env or {})
-    command = [sys.executable, "-m", "pytest", "-p", "kvconform.plugin", "-p", "no:cacheprovider",
-               "--device", "cpu", "--report-dir", str(workdir / "reports"), *args]
-    proc = subprocess.run(command, cwd=workdir, env=environment, capture_output=True, text=True, timeout=300)
-    return Run(workdir, proc.returncode, proc.stdout, proc.stderr)
 
 
 def truncated_copy(source: Path, target: Path, keep: int | None = None) -> Path:
@@ -86,18 +78,19 @@ def bad_model_paths(root: Path, checkpoint: Path) -> dict[str, tuple[Path, list[
 
 @pytest.mark.parametrize("case", ["missing", "no-config", "a-file", "not-json", "no-weights", "truncated-data",
                                   "truncated-header"])
-def test_local_model_that_holds_no_model_is_a_usage_error(case: str, tmp_path: Path, checkpoint: Path) -> None:
+def test_local_model_that_holds_no_model_is_a_usage_error(case: str, tmp_path: Path, checkpoint: Path,
+                                                          inner: Inner) -> None:
     (tmp_path / "models").mkdir()
     argument, fragments = bad_model_paths(tmp_path / "models", checkpoint)[case]
-    run = run_pytest(make_suite(tmp_path / "suite"), "--matrix", "matrix.yaml", "--model", str(argument))
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "--model", str(argument))
     assert_one_usage_error(run, [f"--model {argument}:", *fragments])
 
 
-def test_hub_id_missing_offline_fails_with_require_models(tmp_path: Path) -> None:
+def test_hub_id_missing_offline_fails_with_require_models(inner: Inner) -> None:
     """Without the flag it is a skip (tests/test_maintainer.py); with it every cell errors and the run exits 1."""
-    workdir = make_suite(tmp_path)
+    workdir = inner.suite()
     (workdir / "hf-home").mkdir()
-    run = run_process(workdir, "--matrix", "matrix.yaml", "--model", "some-org/some-model", "--dtype", "float32",
+    run = inner.process(workdir, "--matrix", "matrix.yaml", "--model", "some-org/some-model", "--dtype", "float32",
                       "--require-models", env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(workdir / "hf-home")})
     assert run.ret == 1, run.output[-4000:]
     cell = "some-model[float32-cpu-dynamic]"
@@ -143,9 +136,9 @@ BAD_OPTIONS = {
 
 
 @pytest.mark.parametrize("case", list(BAD_OPTIONS))
-def test_bad_option_value_is_one_usage_error(case: str, tmp_path: Path) -> None:
+def test_bad_option_value_is_one_usage_error(case: str, inner: Inner) -> None:
     args, fragment = BAD_OPTIONS[case]
-    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", *args)
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", *args)
     assert_one_usage_error(run, [fragment])
 
 
@@ -153,14 +146,14 @@ def test_bad_option_value_is_one_usage_error(case: str, tmp_path: Path) -> None:
     (["--model", "/path/that/does/not/exist"], "ERROR: --model /path/that/does/not/exist: no such file or folder"),
     (["--dtype", "float8"], "ERROR: --dtype: unknown value 'float8'."),
 ], ids=["model", "dtype"])
-def test_usage_errors_from_a_real_process(args: list[str], fragment: str, tmp_path: Path) -> None:
-    run = run_process(make_suite(tmp_path), "--matrix", "matrix.yaml", *args)
+def test_usage_errors_from_a_real_process(args: list[str], fragment: str, inner: Inner) -> None:
+    run = inner.process(inner.suite(), "--matrix", "matrix.yaml", *args)
     assert_one_usage_error(run, [fragment])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so cuda cells run")
-def test_device_cuda_without_cuda_stays_a_skip_with_its_reason(tmp_path: Path) -> None:
-    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--device", "cuda", "-k", "cuda", "-q")
+def test_device_cuda_without_cuda_stays_a_skip_with_its_reason(inner: Inner) -> None:
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "--device", "cuda", "-k", "cuda", "-q")
     assert run.ret == 0, run.output[-4000:]
     doc = run.doc()
     assert doc["results"] == [] and doc["run"]["complete"] and doc["run"]["planned"]  # skipped, not lost
@@ -171,9 +164,9 @@ def test_device_cuda_without_cuda_stays_a_skip_with_its_reason(tmp_path: Path) -
 # ----------------------------------------------------------------------------------------- --shard
 
 
-def test_empty_shard_writes_a_report_that_says_so(tmp_path: Path) -> None:
+def test_empty_shard_writes_a_report_that_says_so(inner: Inner) -> None:
     """main.yaml has 3 models: shard 4/4 holds none. CI uploads its report like any other shard's."""
-    run = run_process(make_suite(tmp_path), "--matrix", "matrix.yaml", "--shard", "4/4")
+    run = inner.process(inner.suite(), "--matrix", "matrix.yaml", "--shard", "4/4")
     assert run.ret == 0, run.output[-4000:]
     doc = run.doc()
     assert doc["results"] == [] and doc["run"]["empty_shard"] is True and doc["run"]["shard"] == "4/4"
@@ -186,34 +179,34 @@ def test_empty_shard_writes_a_report_that_says_so(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------- --report-dir
 
 
-def test_report_dir_that_is_a_file_is_a_usage_error_before_any_model_runs(tmp_path: Path,
+def test_report_dir_that_is_a_file_is_a_usage_error_before_any_model_runs(inner: Inner,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     import kvconform.runner
 
     loads: list[ModelSpec] = []
     monkeypatch.setattr(kvconform.runner, "load_master", loads.append)
-    workdir = make_suite(tmp_path)
+    workdir = inner.suite()
     (workdir / "reports").write_text("a file where the report folder should be")
-    run = run_pytest(workdir, "--matrix", "matrix.yaml")
+    run = inner.run(workdir, "--matrix", "matrix.yaml")
     assert run.ret == 4 and not loads, run.output[-4000:]
     assert run.output.strip() == (f"ERROR: --report-dir {workdir / 'reports'}: cannot write reports there "
                                   "(it is a file, not a folder); pass a writable folder, or --no-reports")
 
 
-def test_report_dir_under_proc_is_a_usage_error(tmp_path: Path) -> None:
+def test_report_dir_under_proc_is_a_usage_error(inner: Inner) -> None:
     if not Path("/proc/self").exists():
         pytest.skip("no /proc on this system")
-    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--report-dir", "/proc/kvconform/reports")
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "--report-dir", "/proc/kvconform/reports")
     assert run.ret == 4, run.output[-4000:]
     line = run.output.strip()
     assert line.startswith("ERROR: --report-dir /proc/kvconform/reports: cannot write reports there (") and "\n" not in line
 
 
 @pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes into read-only folders")
-def test_report_dir_without_write_permission_is_a_usage_error(tmp_path: Path) -> None:
+def test_report_dir_without_write_permission_is_a_usage_error(tmp_path: Path, inner: Inner) -> None:
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o555)
-    run = run_pytest(make_suite(tmp_path / "suite"), "--matrix", "matrix.yaml", "--report-dir", str(locked / "reports"))
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "--report-dir", str(locked / "reports"))
     assert run.ret == 4 and "PermissionError" in run.output, run.output[-4000:]
 
 
@@ -229,11 +222,11 @@ def pytest_runtest_call(item):
 '''
 
 
-def test_report_write_failure_at_the_end_keeps_results_summary_and_fails(tmp_path: Path) -> None:
-    workdir = make_suite(tmp_path / "suite", extra_conftest=BREAK_REPORT_DIR)
+def test_report_write_failure_at_the_end_keeps_results_summary_and_fails(tmp_path: Path, inner: Inner) -> None:
+    workdir = inner.suite(extra_conftest=BREAK_REPORT_DIR)
     temp = tmp_path / "tmp"
     temp.mkdir()
-    run = run_process(workdir, "--matrix", "matrix.yaml", *GREEN, env={"TMPDIR": str(temp)})
+    run = inner.process(workdir, "--matrix", "matrix.yaml", *GREEN, env={"TMPDIR": str(temp)})
     assert run.ret == 1, run.output[-4000:]  # every check passed, but the reports are not where CI looks
     assert "Traceback" not in run.output, run.output[-4000:]
     [fallback] = temp.glob("kvconform-results-*.json")
@@ -254,15 +247,15 @@ def assert_summary_warning_only(run: Run, target: Path) -> None:
     assert all((run.report_dir / name).is_file() for name in REPORT_FILES)
 
 
-def test_github_step_summary_in_a_missing_folder_is_a_warning_only(tmp_path: Path) -> None:
+def test_github_step_summary_in_a_missing_folder_is_a_warning_only(tmp_path: Path, inner: Inner) -> None:
     target = tmp_path / "no-such-folder" / "summary.md"
-    run = run_process(make_suite(tmp_path / "suite"), "--matrix", "matrix.yaml", *GREEN,
+    run = inner.process(inner.suite(), "--matrix", "matrix.yaml", *GREEN,
                       env={"GITHUB_STEP_SUMMARY": str(target)})
     assert_summary_warning_only(run, target)
 
 
-def test_github_step_summary_naming_a_folder_is_a_warning_only(tmp_path: Path) -> None:
-    """In-process (run_pytest hides the outer GITHUB_STEP_SUMMARY), so the inner conftest sets and clears it."""
+def test_github_step_summary_naming_a_folder_is_a_warning_only(tmp_path: Path, inner: Inner) -> None:
+    """In-process (``inner`` hides the outer GITHUB_STEP_SUMMARY), so the inner conftest sets and clears it."""
     hook = f"""
 
 def pytest_configure(config):
@@ -274,7 +267,7 @@ def pytest_unconfigure(config):
     import os
     os.environ.pop("GITHUB_STEP_SUMMARY", None)
 """
-    run = run_pytest(make_suite(tmp_path / "suite", extra_conftest=hook), "--matrix", "matrix.yaml", *GREEN)
+    run = inner.run(inner.suite(extra_conftest=hook), "--matrix", "matrix.yaml", *GREEN)
     assert_summary_warning_only(run, tmp_path)
 
 
@@ -306,10 +299,11 @@ def pytest_runtest_call(item):
 '''
 
 
-@pytest.fixture(scope="module")
-def sigint_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+@pytest.fixture
+def sigint_run(inner: Inner, shared_runs: SharedRuns) -> Run:
     """main.yaml in a real process that gets SIGINT after both llama-gqa cells (10 checks) finished."""
-    return run_process(make_suite(tmp_path_factory.mktemp("sigint"), extra_conftest=SIGINT_HOOK), "--matrix", "matrix.yaml")
+    return shared_runs.get("sigint", lambda: inner.process(inner.suite("sigint", extra_conftest=SIGINT_HOOK),
+                                                           "--matrix", "matrix.yaml"))
 
 
 def test_interrupted_run_says_so_in_json_markdown_and_html(sigint_run: Run) -> None:
@@ -331,24 +325,24 @@ def test_interrupted_run_says_so_in_json_markdown_and_html(sigint_run: Run) -> N
     assert "kvconform: incomplete run: interrupted (Ctrl-C or pytest.exit); 10 of 20 planned checks never ran (2 cells)" in sigint_run.out
 
 
-def test_complete_run_is_marked_complete(tmp_path: Path) -> None:
-    run = run_pytest(make_suite(tmp_path), "--matrix", str(DATA / "main.yaml"), *GREEN)
+def test_complete_run_is_marked_complete(inner: Inner) -> None:
+    run = inner.run(inner.suite(), "--matrix", str(DATA / "main.yaml"), *GREEN)
     assert run.ret == 0, run.output[-4000:]
     assert run.doc()["run"] == {"complete": True, "stopped": None, "planned": 5, "never_ran": 0, "cells_never_ran": 0,
                                 "shard": None, "empty_shard": False}
     assert "Incomplete" not in (run.report_dir / "conformance.md").read_text()
 
 
-def test_run_stopped_by_exitfirst_is_marked_incomplete(tmp_path: Path) -> None:
+def test_run_stopped_by_exitfirst_is_marked_incomplete(inner: Inner) -> None:
     """-x stops at broken-llama's first error: its other 4 checks never run."""
-    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "-q", "-x")
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "-q", "-x")
     assert run.ret == 1, run.output[-4000:]
     assert run.doc()["run"] == {"complete": False, "stopped": "stopped early (stopping after 1 failures)", "planned": 20,
                                 "never_ran": 4, "cells_never_ran": 1, "shard": None, "empty_shard": False}
 
 
-def test_diff_against_an_interrupted_report_exits_1(sigint_run: Run, tmp_path: Path) -> None:
-    base = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "-q")
+def test_diff_against_an_interrupted_report_exits_1(sigint_run: Run, inner: Inner) -> None:
+    base = inner.run(inner.suite(), "--matrix", "matrix.yaml", "-q")
     assert base.ret == 1 and base.doc()["run"]["complete"], base.output[-4000:]  # broken-llama errors, as in main.yaml
     command = [sys.executable, str(REPO / "tools" / "diff_reports.py"), str(base.report_dir / "conformance.json"),
                str(sigint_run.report_dir / "conformance.json")]
@@ -381,10 +375,10 @@ models:
 """
 
 
-def test_ragged_that_could_not_fail_is_skipped_with_the_reason(tmp_path: Path) -> None:
-    workdir = make_suite(tmp_path)
+def test_ragged_that_could_not_fail_is_skipped_with_the_reason(inner: Inner) -> None:
+    workdir = inner.suite()
     (workdir / "ragged.yaml").write_text(RAGGED_MATRIX)
-    run = run_pytest(workdir, "--matrix", "ragged.yaml", "-q")
+    run = inner.run(workdir, "--matrix", "ragged.yaml", "-q")
     assert run.ret == 0, run.output[-4000:]
     rows = run.rows()
     assert ("one-row[float32-cpu-dynamic]", "ragged") not in rows and ("short-prompt[float32-cpu-dynamic]", "ragged") not in rows

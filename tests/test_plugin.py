@@ -1,38 +1,20 @@
 """End-to-end tests of the kvconform pytest plugin: inner pytest runs of the real suite on tiny matrices.
 
-Each inner run works in its own temporary folder holding a copy of ``suites/conftest.py`` and
-``suites/test_conformance.py`` (read at test time, so the tests follow the suite), a matrix from
-``tests/data`` and a ``pytest.ini`` that pins the rootdir there; reports go to that folder's
-``reports/``, never to the repository's.
-
-Inner runs are in-process (``pytest.main``), which skips re-importing torch and transformers: an
-``-n 0`` run takes about a second. ``-n 2`` runs still start two worker processes. The runs are
-module-scoped fixtures shared by several tests; each run is started by the first test that needs it.
+The runs go through pytest's ``pytester`` (tests/inner.py). Runs several tests read (``reference``, ``rerun``,
+``distributed``, ``crashed``, ``interrupted``) are made once per module by the first test that needs them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import os
 import re
-import subprocess
-import sys
-import traceback
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kvconform.report import REPORT_FILES, load_document, strip_volatile
-from tests.conftest import schema_problems
-
-REPO = Path(__file__).resolve().parents[1]
-DATA = Path(__file__).resolve().parent / "data"
-SUITE = REPO / "suites"
+from kvconform.report import REPORT_FILES, strip_volatile
+from tests.inner import DATA, Inner, Run, SharedRuns
 
 CHECKS = ("parity", "growth", "shapes", "bytes", "generate")
 HEALTHY_CELLS = ("llama-gqa[float32-cpu-dynamic]", "llama-gqa[float32-cpu-static]", "gpt2-tiny[float32-cpu-dynamic]")
@@ -47,9 +29,6 @@ EXPECTED = {(cell, check): "pass" for cell in HEALTHY_CELLS for check in CHECKS}
 CRASH_TEST = "test_shapes[gpt2-tiny[float32-cpu-dynamic]]"
 #: Raises KeyboardInterrupt when it is called (interrupt run only); every llama-gqa cell runs before it.
 INTERRUPT_TEST = "test_parity[gpt2-tiny[float32-cpu-dynamic]]"
-
-#: Outer environment the inner runs must not see (the step summary would get the inner reports).
-HIDDEN_ENV = ("GITHUB_STEP_SUMMARY", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 
 CRASH_HOOK = f'''
 
@@ -76,88 +55,6 @@ def pytest_runtest_call(item):
 # ----------------------------------------------------------------------------------------- helpers
 
 
-@dataclass
-class Run:
-    """One finished inner pytest run."""
-
-    dir: Path
-    ret: int
-    out: str
-    err: str
-
-    @property
-    def output(self) -> str:
-        return self.out + self.err
-
-    @property
-    def report_dir(self) -> Path:
-        return self.dir / "reports"
-
-    def doc(self) -> dict[str, Any]:
-        """The run's conformance.json, checked against the published schema."""
-        path = self.report_dir / "conformance.json"
-        assert path.is_file(), f"no report was written; inner output:\n{self.output[-4000:]}"
-        doc = load_document(path)
-        problems = schema_problems(doc)
-        assert not problems, f"{path} breaks the report schema:\n" + "\n".join(problems[:20])
-        return doc
-
-    def rows(self) -> dict[tuple[str, str], dict[str, Any]]:
-        return {(r["cell_id"], r["check"]): r for r in self.doc()["results"]}
-
-    def outcomes(self) -> dict[tuple[str, str], str]:
-        return {key: row["outcome"] for key, row in self.rows().items()}
-
-
-def make_suite(workdir: Path, matrix: str = "main.yaml", extra_conftest: str = "") -> Path:
-    """A folder with the suite, ``matrix.yaml`` (copied from tests/data) and a pytest.ini."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    (workdir / "pytest.ini").write_text("[pytest]\n")
-    (workdir / "conftest.py").write_text((SUITE / "conftest.py").read_text() + extra_conftest)
-    (workdir / "test_conformance.py").write_text((SUITE / "test_conformance.py").read_text())
-    (workdir / "matrix.yaml").write_text((DATA / matrix).read_text())
-    return workdir
-
-
-def run_pytest(workdir: Path, *args: str) -> Run:
-    """``pytest -p kvconform.plugin ARGS`` in-process with ``workdir`` as cwd; the outer run is left as it was.
-
-    An exception escaping ``pytest.main`` is printed as a traceback into the captured stderr (what a
-    real process would print) and gives ``ret == -1``.
-    """
-    argv = ["-p", "kvconform.plugin", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning", "--device", "cpu",
-            "--report-dir", str(workdir / "reports"), *args]
-    out, err = io.StringIO(), io.StringIO()
-    saved_modules, saved_path, saved_cwd = dict(sys.modules), list(sys.path), os.getcwd()
-    # An outer run of suites/ has imported its own top-level "test_conformance"/"conftest": hide them.
-    for name in ("conftest", "test_conformance"):
-        sys.modules.pop(name, None)
-    saved_env = {name: os.environ.pop(name) for name in HIDDEN_ENV if name in os.environ}
-    os.chdir(workdir)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                ret = int(pytest.main(argv))
-            except (Exception, SystemExit):  # noqa: BLE001 - an inner crash is the result, printed like a process would
-                traceback.print_exc()
-                ret = -1
-    finally:
-        os.chdir(saved_cwd)
-        os.environ.update(saved_env)
-        sys.path[:] = saved_path
-        # The inner conftest/test modules are imported as top-level "conftest"/"test_conformance".
-        for name, module in list(sys.modules.items()):
-            if str(getattr(module, "__file__", None) or "").startswith(str(workdir)):
-                if name in saved_modules:
-                    sys.modules[name] = saved_modules[name]
-                else:
-                    del sys.modules[name]
-        for name in ("conftest", "test_conformance"):
-            if name in saved_modules:
-                sys.modules[name] = saved_modules[name]
-    return Run(workdir, ret, out.getvalue(), err.getvalue())
-
-
 def comparable(row: dict[str, Any]) -> dict[str, Any]:
     """A result row without its duration, and without the "[gw0] linux -- Python ..." line xdist puts
     above a worker's failure text (see test_xdist_results_equal_the_serial_run for that one)."""
@@ -172,41 +69,43 @@ def without_date(markdown: str) -> str:
 # ----------------------------------------------------------------------------------------- shared runs
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Run:
+@pytest.fixture
+def reference(inner: Inner, shared_runs: SharedRuns) -> Run:
     """main.yaml in one process, with --junitxml."""
-    workdir = make_suite(tmp_path_factory.mktemp("reference"))
-    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q", "--junitxml", str(workdir / "junit.xml"))
+    return shared_runs.get("reference", lambda: inner.run(inner.suite("reference"), "--matrix", "matrix.yaml", "-q",
+                                                          "--junitxml", "junit.xml"))
 
 
-@pytest.fixture(scope="module")
-def rerun(tmp_path_factory: pytest.TempPathFactory) -> Run:
+@pytest.fixture
+def rerun(inner: Inner, shared_runs: SharedRuns) -> Run:
     """The reference run again, in another folder."""
-    workdir = make_suite(tmp_path_factory.mktemp("rerun"))
-    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q")
+    return shared_runs.get("rerun", lambda: inner.run(inner.suite("rerun"), "--matrix", "matrix.yaml", "-q"))
 
 
-@pytest.fixture(scope="module")
-def distributed(tmp_path_factory: pytest.TempPathFactory) -> Run:
+@pytest.fixture
+def distributed(inner: Inner, shared_runs: SharedRuns) -> Run:
     """main.yaml over two xdist workers (verbose, to see which worker ran what)."""
-    workdir = make_suite(tmp_path_factory.mktemp("distributed"))
-    return run_pytest(workdir, "--matrix", "matrix.yaml", "-n", "2", "-v")
+    return shared_runs.get("distributed", lambda: inner.run(inner.suite("distributed"), "--matrix", "matrix.yaml",
+                                                            "-n", "2", "-v"))
 
 
-@pytest.fixture(scope="module")
-def crashed(tmp_path_factory: pytest.TempPathFactory) -> Run:
+@pytest.fixture
+def crashed(inner: Inner, shared_runs: SharedRuns) -> Run:
     """main.yaml over two xdist workers, one of which dies while running CRASH_TEST."""
-    workdir = make_suite(tmp_path_factory.mktemp("crashed"), extra_conftest=CRASH_HOOK)
-    run = run_pytest(workdir, "--matrix", "matrix.yaml", "-n", "2", "-v")
-    assert (workdir / "crashed.flag").is_file(), f"the crash hook never fired:\n{run.output[-4000:]}"
-    return run
+
+    def make() -> Run:
+        run = inner.run(inner.suite("crashed", extra_conftest=CRASH_HOOK), "--matrix", "matrix.yaml", "-n", "2", "-v")
+        assert (run.dir / "crashed.flag").is_file(), f"the crash hook never fired:\n{run.output[-4000:]}"
+        return run
+
+    return shared_runs.get("crashed", make)
 
 
-@pytest.fixture(scope="module")
-def interrupted(tmp_path_factory: pytest.TempPathFactory) -> Run:
+@pytest.fixture
+def interrupted(inner: Inner, shared_runs: SharedRuns) -> Run:
     """main.yaml in one process, Ctrl-C when INTERRUPT_TEST starts."""
-    workdir = make_suite(tmp_path_factory.mktemp("interrupted"), extra_conftest=INTERRUPT_HOOK)
-    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q")
+    return shared_runs.get("interrupted", lambda: inner.run(inner.suite("interrupted", extra_conftest=INTERRUPT_HOOK),
+                                                            "--matrix", "matrix.yaml", "-q"))
 
 
 # ----------------------------------------------------------------------------------------- one process
@@ -287,10 +186,11 @@ def test_interrupted_session_still_writes_what_finished(interrupted: Run) -> Non
     assert "10 passed" in markdown and "(2 cells ran)" in markdown
 
 
-def test_k_with_a_cell_id_selects_exactly_that_cells_checks(tmp_path: Path) -> None:
-    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "-q", "-k", "llama-gqa[float32-cpu-dynamic]")
+def test_k_with_a_cell_id_selects_exactly_that_cells_checks(inner: Inner) -> None:
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "-q", "-k", "llama-gqa[float32-cpu-dynamic]")
     assert run.ret == 0, run.output[-4000:]
-    assert re.search(r"\b5 passed, \d+ deselected in\b", run.out), run.out[-2000:]
+    summary = run.result.parseoutcomes()
+    assert summary["passed"] == 5 and set(summary) == {"passed", "deselected"}, run.out[-2000:]
     assert run.outcomes() == {("llama-gqa[float32-cpu-dynamic]", check): "pass" for check in CHECKS}
 
 
@@ -365,39 +265,33 @@ def assert_one_usage_error(run: Run, fragments: list[str]) -> str:
 
 
 @pytest.mark.parametrize("case", list(BAD_MATRICES))
-def test_bad_matrix_gives_one_clear_usage_error(case: str, tmp_path: Path) -> None:
+def test_bad_matrix_gives_one_clear_usage_error(case: str, inner: Inner) -> None:
     name, fragments = BAD_MATRICES[case]
-    run = run_pytest(tmp_path, "--matrix", str(DATA / name))
+    run = inner.run(inner.path, "--matrix", str(DATA / name))
     assert_one_usage_error(run, [f"{DATA / name}:", *fragments])
 
 
-def test_bad_shard_option_gives_one_usage_error(tmp_path: Path) -> None:
-    run = run_pytest(make_suite(tmp_path), "--matrix", "matrix.yaml", "--shard", "3/2")
+def test_bad_shard_option_gives_one_usage_error(inner: Inner) -> None:
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "--shard", "3/2")
     assert_one_usage_error(run, ["--shard 3/2"])
 
 
-def test_bad_matrix_from_a_real_process(tmp_path: Path) -> None:
+def test_bad_matrix_from_a_real_process(inner: Inner) -> None:
     """The same, as a user types it: a separate interpreter, nothing imported beforehand."""
-    env = {k: v for k, v in os.environ.items() if k not in HIDDEN_ENV}
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "kvconform.plugin", "-p", "no:cacheprovider",
-         "--matrix", str(DATA / "bad_unknown_key.yaml"), "--report-dir", str(tmp_path / "reports")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )
-    run = Run(tmp_path, proc.returncode, proc.stdout, proc.stderr)
+    run = inner.process(inner.path, "--matrix", str(DATA / "bad_unknown_key.yaml"))
     assert_one_usage_error(run, ["bad_unknown_key.yaml: models[0] (id 'llama-gqa')", "Did you mean 'dtypes'?"])
 
 
 # ----------------------------------------------------------------------------------------- --list-models
 
 
-def test_list_models_prints_the_matrix_and_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_list_models_prints_the_matrix_and_runs_nothing(inner: Inner, monkeypatch: pytest.MonkeyPatch) -> None:
     import kvconform.runner
 
     loads: list[Any] = []
     monkeypatch.setattr(kvconform.runner, "load_master", lambda spec: loads.append(spec))
-    (tmp_path / "listing.yaml").write_text((DATA / "listing.yaml").read_text())
-    run = run_pytest(tmp_path, "--matrix", "listing.yaml", "--list-models")
+    (inner.path / "listing.yaml").write_text((DATA / "listing.yaml").read_text())
+    run = inner.run(inner.path, "--matrix", "listing.yaml", "--list-models")
     assert run.ret == 0, run.output[-4000:]
     lines = run.out.splitlines()
     excluded_at = next(i for i, line in enumerate(lines) if line.endswith("architectures excluded:"))

@@ -30,7 +30,7 @@ from kvconform.report import (
     write_text_atomic,
 )
 from kvconform.results import SCHEMA_VERSION
-from tests.conftest import schema_problems
+from tests.schema import schema_problems
 
 FAIL_MESSAGE = "parity broke at decode step 3:\n  max |Δ| 4.1e-02 > tolerance 1.2e-03\n  argmax differs"
 BAMBA_REASON = "model bug: BambaModel defaults position_ids without the cache offset"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kvconform.report import strip_volatile
-from tests.test_plugin import Run, make_suite, run_pytest
+from tests.inner import Inner, Run, SharedRuns
 
 XFAIL_REASON = "model bug: BambaModel defaults position_ids to arange(seq_len) without the cache offset"
 XPASS_REASON = "not testable: report-test: listed as failing although it passes"
@@ -23,16 +23,15 @@ BAMBA, LLAMA = "bamba[float32-cpu-dynamic]", "llama-gqa[float32-cpu-dynamic]"
 RAN = ("parity", "growth", "shapes", "bytes")
 
 
-@pytest.fixture(scope="module")
-def serial(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    workdir = make_suite(tmp_path_factory.mktemp("report-run"), "report.yaml")
-    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q")
+@pytest.fixture
+def serial(inner: Inner, shared_runs: SharedRuns) -> Run:
+    return shared_runs.get("serial", lambda: inner.run(inner.suite("serial", "report.yaml"), "--matrix", "matrix.yaml", "-q"))
 
 
-@pytest.fixture(scope="module")
-def distributed(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    workdir = make_suite(tmp_path_factory.mktemp("report-run-xdist"), "report.yaml")
-    return run_pytest(workdir, "--matrix", "matrix.yaml", "-q", "-n", "2")
+@pytest.fixture
+def distributed(inner: Inner, shared_runs: SharedRuns) -> Run:
+    return shared_runs.get("distributed", lambda: inner.run(inner.suite("distributed", "report.yaml"), "--matrix", "matrix.yaml",
+                                                            "-q", "-n", "2"))
 
 
 def texts(run: Run) -> dict[str, str]:

@@ -16,8 +16,9 @@ import jsonschema
 import pytest
 
 from kvconform.report import SCHEMA_PATH, validate_document
-from tests.conftest import probe_and_check, schema_problems
+from tests.conftest import probe_and_check
 from tests.faults import planted
+from tests.schema import schema_problems
 from tests.test_report import sample_doc
 
 SCHEMA = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
