@@ -26,11 +26,11 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
-from kvconform import checks  # noqa: E402
 from kvconform.build.architecture_table import load_architecture_table  # noqa: E402
 from kvconform.build.models import load_master  # noqa: E402
 from kvconform.build.synthetic import causal_lm_model_types  # noqa: E402
 from kvconform.cells import Cell  # noqa: E402
+from kvconform.checks import record_checks as checks  # noqa: E402
 from kvconform.matrix import load_matrix  # noqa: E402
 from kvconform.probe.decode import ProbePlan, run_probe  # noqa: E402
 from kvconform.runner import CellRunner  # noqa: E402
@@ -45,7 +45,7 @@ class ForwardTimer:
         self._inside_generate = 0
         self._started: list[float] = []
 
-    def attach(self, model: torch.nn.Module) -> None:
+    def attach(self, model: Any) -> None:
         model.register_forward_pre_hook(lambda *_: self._started.append(time.perf_counter()))
         model.register_forward_hook(self._stop)
         generate = model.generate
@@ -87,8 +87,8 @@ def cell_overhead(cell: Cell, repeats: int) -> dict[str, Any]:
         runner.outcomes.clear()
         start = time.perf_counter()
         outcome = runner.outcome(cell)
-        if outcome.error is not None:
-            raise RuntimeError(f"{cell.id}: {outcome.error}")
+        if outcome.record is None or outcome.geometry is None:
+            raise RuntimeError(f"{cell.id}: {outcome.error or outcome.not_applicable}")
         checks.run_all(outcome.record, outcome.geometry, outcome.explanation, cell.tolerance)
         suite_s = time.perf_counter() - start
         row = {"cell": cell.id, "suite_s": suite_s, "needed_s": timer.needed_s,
@@ -115,7 +115,7 @@ def scaling(model: torch.nn.Module, steps: tuple[int, ...]) -> list[dict[str, An
 
 
 @torch.inference_mode()
-def naive_reference_s(model: torch.nn.Module, plan: ProbePlan) -> float:
+def naive_reference_s(model: Any, plan: ProbePlan) -> float:
     """What one uncached pass per decode step would cost (the O(N²) design the suite avoids)."""
     tokens = torch.randint(3, 200, (plan.batch_size, plan.prompt_length + plan.decode_steps), device=model.device)
     start = time.perf_counter()

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
@@ -24,7 +25,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from kvconform.families import CAUSAL_LM, FAMILIES  # noqa: E402
 
 
-def survey_one(family: str, model_type: str) -> dict:
+def survey_one(family: str, model_type: str) -> dict[str, Any]:
     """Build, probe and check one type in this process (plain-data result)."""
     from kvconform.families.build import build_family, shrink_family_config
     from kvconform.families.checks import run_all_family
@@ -47,7 +48,7 @@ def survey_one(family: str, model_type: str) -> dict:
             "max_delta": probe.record.max_abs_delta, "seconds": round(time.perf_counter() - start, 2)}
 
 
-def exclusion_reason(result: dict) -> str:
+def exclusion_reason(result: dict[str, Any]) -> str:
     """The measured reason a type is left out, for families.yaml."""
     if result["outcome"] == "fail":
         first = next(iter(result["failed"].items()))
@@ -79,12 +80,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
             lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-            result = json.loads(lines[-1]) if lines else {
+            result: dict[str, Any] = json.loads(lines[-1]) if lines else {
                 "type": model_type, "outcome": "crashed", "message": " ".join(done.stderr.split()[-40:])}
         except subprocess.TimeoutExpired:
             result = {"type": model_type, "outcome": "timeout", "message": f"no result within {args.timeout:g} s"}
         results.append(result)
-        detail = result.get("message") or "; ".join(f"{k}: {v}" for k, v in result.get("failed", {}).items())
+        failed: dict[str, str] = result.get("failed", {})
+        detail = result.get("message") or "; ".join(f"{k}: {v}" for k, v in failed.items())
         print(f"{model_type}: {result['outcome']} {result.get('seconds', '')}s {detail}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
