@@ -174,8 +174,8 @@ def generation_config(model, use_cache, **extra):
     """The model's own generation config for STEPS greedy tokens, with the cell's cache_implementation."""
     config = copy.deepcopy(model.generation_config)
     implementation = {{"cache_implementation": CACHE}} if use_cache and CACHE != "dynamic" else {{}}
-    config.update(max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False, num_beams=1, use_cache=use_cache,
-                  eos_token_id=None, pad_token_id=0, **implementation, **extra)
+    config.update(**{{"max_new_tokens": STEPS, "min_new_tokens": STEPS, "do_sample": False, "num_beams": 1, "use_cache": use_cache,
+                     "eos_token_id": None, "pad_token_id": 0, **implementation, **extra}})  # extra may set num_beams
     return config
 
 

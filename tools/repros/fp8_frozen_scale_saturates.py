@@ -8,6 +8,8 @@ import sys
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, QuantizedCache
 
+TRANSFORMERS = ">=5.21"  # QuantizedCache has no fp8 backend before 5.21
+
 torch.manual_seed(0)
 config = AutoConfig.for_model("gpt2", n_embd=64, n_layer=2, n_head=4, vocab_size=256, n_positions=64, initializer_range=0.15)
 model = AutoModelForCausalLM.from_config(config).eval()

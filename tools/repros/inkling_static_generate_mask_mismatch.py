@@ -15,6 +15,8 @@ import torch
 import transformers
 from transformers import AutoConfig
 
+TRANSFORMERS = ">=5.23"  # inkling2_text is a model type from 5.23 on
+
 DTYPE, SEED, BATCH, PROMPT, STEPS, CACHE, ATTN = 'float32', 0, 2, 6, 8, 'static', 'eager'
 ATOL, RTOL = 1e-05, 3e-05
 CHECK = 'parity'

@@ -16,6 +16,8 @@ import torch
 import transformers
 from transformers import AutoConfig, StaticCache
 
+TRANSFORMERS = ">=5.24"  # StaticLayer has no crop before 5.24 (a StaticCache cannot be rolled back there)
+
 DTYPE, SEED, BATCH, PROMPT, STEPS, CACHE, ATTN = 'float32', 0, 2, 6, 8, 'static', 'sdpa'
 ATOL, RTOL = 1e-05, 3e-05
 CHECK = 'parity'

@@ -8,6 +8,7 @@ affected (_prepare_position_ids_for_generation, :1364-1367, resets rope_deltas t
 prompts); a hand-written forward loop on a shared model is.
 Exit 1 when the bug reproduces. Needs only torch and transformers (random weights, no download).
 """
+import inspect
 import sys
 
 import torch
@@ -28,12 +29,14 @@ model = Qwen2VLForConditionalGeneration(config).eval()
 def cached_decode(prompt, steps=4, **image):
     """Prefill with a fresh cache, then one token per step (greedy); returns the sequence and per-step logits."""
     out = model(input_ids=prompt, use_cache=True, **image)
-    cache, logits, ids = out.cache, [out.logits[:, -1]], prompt
+    # The cache argument and output are `cache` from transformers 5.24 on, `past_key_values` before.
+    keyword = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    cache, logits, ids = getattr(out, keyword), [out.logits[:, -1]], prompt
     for _ in range(steps):
         token = logits[-1][:, :250].argmax(-1, keepdim=True)
         ids = torch.cat([ids, token], 1)
-        out = model(input_ids=token, cache=cache, use_cache=True)
-        cache = out.cache
+        out = model(input_ids=token, use_cache=True, **{keyword: cache})
+        cache = getattr(out, keyword)
         logits.append(out.logits[:, -1])
     return ids, logits
 
