@@ -22,7 +22,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda", "mps")
 CACHES = ("dynamic", "static", "quantized")
 #: Attention implementations a cell can run: the model's sdpa path and the eager reference implementation.
-ATTENTIONS = ("sdpa", "eager")
+ATTENTIONS = ("sdpa", "eager", "flex_attention")
 #: The quantized cache kind (transformers' ``QuantizedCache`` with its fp8 backend).
 QUANTIZED = "quantized"
 SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")

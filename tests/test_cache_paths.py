@@ -150,3 +150,11 @@ def test_a_release_without_the_fp8_backend_lists_quantized_cells_as_not_applicab
     cache = transformers.DynamicCache(config=config)
     cache.update(torch.ones(1, 2, 3, 8), torch.ones(1, 2, 3, 8), 0)
     assert [state.keys_shape for state in snapshot_layers(cache)][:1] == [(1, 2, 3, 8)]
+
+
+def test_flex_attention_cells_run_on_cpu(runner):
+    """flex_attention is an opt-in attention (it compiles once per model and worker): a dynamic-cache cell of a
+    healthy Llama passes every check that applies, including its agreement with sdpa."""
+    results = run_checks(runner, LLAMA, "float32", "dynamic", "flex_attention")
+    assert {"parity", "growth", "crop", "generate", "attn_agreement"} <= results.keys()
+    assert _failed(results) == {}

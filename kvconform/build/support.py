@@ -5,7 +5,8 @@
   (the argument is ignored); otherwise ``StaticCache(config=…)`` / ``QuantizedCache(backend="fp8", config=…)``
   must accept the config (they raise for layer kinds they have no layer class for, and the quantized
   cache only takes full-attention stacks); generate refuses the quantized cache for encoder-decoders.
-- attention: sdpa where the class declares ``_supports_sdpa``; eager everywhere. An eager model is
+- attention: sdpa where the class declares ``_supports_sdpa``, flex_attention where it declares
+  ``_supports_flex_attn`` (opt-in: it compiles once per model and worker); eager everywhere. An eager model is
   made as users do: ``set_attn_implementation("eager")``, or ``from_config(…, attn_implementation="eager")``
   for classes that cannot switch after construction.
 """
@@ -49,6 +50,8 @@ def attention_support(cls: Any, attn: str) -> str | None:
     """Why ``cls`` cannot run ``attn`` attention, or ``None``."""
     if attn == "sdpa" and not cls._supports_sdpa:
         return f"{cls.__name__} does not support sdpa (_supports_sdpa is False); its eager cells run its attention"
+    if attn == "flex_attention" and not cls._supports_flex_attn:
+        return f"{cls.__name__} does not support flex_attention (_supports_flex_attn is False)"
     return None
 
 
@@ -99,7 +102,7 @@ def crop_support(cls: Any) -> str | None:
 
 
 #: The paths ``--list-models`` counts, beside the dynamic cache every model runs.
-LISTED_PATHS = ("static", "quantized", "sdpa", "eager", "crop")
+LISTED_PATHS = ("static", "quantized", "sdpa", "eager", "flex_attention", "crop")
 
 
 def spec_paths(spec: ModelSpec) -> dict[str, str | None]:
@@ -111,7 +114,8 @@ def spec_paths(spec: ModelSpec) -> dict[str, str | None]:
     cls = model_class(spec.model_type)
     config = shrink_config(spec.location, spec.config)
     return {"static": cache_support(cls, config, "static"), "quantized": cache_support(cls, config, "quantized"),
-            "sdpa": attention_support(cls, "sdpa"), "eager": None, "crop": crop_support(cls)}
+            "sdpa": attention_support(cls, "sdpa"), "eager": None,
+            "flex_attention": attention_support(cls, "flex_attention"), "crop": crop_support(cls)}
 
 
 def cell_support(model: Model, cache: str, attn: str) -> str | None:
