@@ -128,7 +128,7 @@ BAD_OPTIONS = {
                                              "CUDA_VISIBLE_DEVICES=7)"),
     "device-name": (["--device", "gpu"], "--device: unknown value 'gpu'."),
     "cache": (["--cache", "bogus"], "--cache: unknown value 'bogus'. Available: dynamic, quantized, static"),
-    "attn": (["--attn", "flash"], "--attn: unknown value 'flash'. Available: eager, sdpa"),
+    "attn": (["--attn", "flash"], "--attn: unknown value 'flash'. Available: eager, flex_attention, sdpa"),
     "dtype-without-tolerance": (["--dtype", "float16"], "--dtype float16: model 'llama-gqa' has no parity tolerance"),
     "shard-count": (["--shard", "1/0"], "--shard 1/0: N (the number of shards) must be >= 1, got 0"),
     "shard-index": (["--shard", "3/2"], "--shard 3/2: I (this shard) must be between 1 and N=2, got 3"),
