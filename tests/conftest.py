@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,20 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, outer_cach
 def shared_runs() -> SharedRuns:
     """Inner runs several tests of this module read, each made once (tests/inner.py)."""
     return SharedRuns()
+
+
+def save_llama(folder: Path, **config: Any) -> torch.nn.Module:
+    """tests.conftest.tiny("llama") as a safetensors checkpoint folder (config overrides go into config.json)."""
+    model = tiny("llama")
+    model.save_pretrained(folder, safe_serialization=True)
+    if config:
+        data = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(data | config, indent=2))
+    return model
+
+
+@pytest.fixture(scope="module")
+def llama_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("ckpt") / "tiny-llama"
+    save_llama(folder)
+    return folder

@@ -24,7 +24,7 @@ from kvconform.build.models import ModelRefused, check_weight_safety, load_maste
 from kvconform.matrix import ModelSpec
 from kvconform.report import REPORT_FILES, load_document
 from tests.inner import DATA, Inner, Run, SharedRuns
-from tests.test_maintainer import SMALL, save_llama
+from tests.test_maintainer import SMALL
 from tests.test_plugin import CHECKS, INTERRUPT_TEST, assert_one_usage_error
 from tests.test_report import make_doc
 
@@ -44,24 +44,17 @@ def truncated_copy(source: Path, target: Path, keep: int | None = None) -> Path:
     return target
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("ckpt") / "tiny-llama"
-    save_llama(folder)
-    return folder
-
-
 # ----------------------------------------------------------------------------------------- --model
 
 
-def bad_model_paths(root: Path, checkpoint: Path) -> dict[str, tuple[Path, list[str]]]:
+def bad_model_paths(root: Path, llama_folder: Path) -> dict[str, tuple[Path, list[str]]]:
     """case -> (the --model argument, fragments its one error line must hold)."""
     (root / "empty").mkdir()
     (root / "a-file.safetensors").write_bytes(b"")
     (root / "not-json").mkdir()
     (root / "not-json" / "config.json").write_text("{model_type: llama}")
     (root / "no-weights").mkdir()
-    (root / "no-weights" / "config.json").write_text((checkpoint / "config.json").read_text())
+    (root / "no-weights" / "config.json").write_text((llama_folder / "config.json").read_text())
     return {
         "missing": (root / "does" / "not" / "exist", ["no such file or folder", "expected a checkpoint folder with config.json"]),
         "no-config": (root / "empty", ["the folder has no config.json"]),
@@ -69,19 +62,19 @@ def bad_model_paths(root: Path, checkpoint: Path) -> dict[str, tuple[Path, list[
         "not-json": (root / "not-json", [f"{root / 'not-json' / 'config.json'}: not valid JSON (Expecting property name",
                                          "line 1, column 2"]),
         "no-weights": (root / "no-weights", ["holds no weights (*.safetensors"]),
-        "truncated-data": (truncated_copy(checkpoint, root / "cut-data"),
+        "truncated-data": (truncated_copy(llama_folder, root / "cut-data"),
                            [f"{root / 'cut-data' / 'model.safetensors'}: truncated (its tensors need"]),
-        "truncated-header": (truncated_copy(checkpoint, root / "cut-header", keep=100),
+        "truncated-header": (truncated_copy(llama_folder, root / "cut-header", keep=100),
                              [f"{root / 'cut-header' / 'model.safetensors'}: truncated (its header says"]),
     }
 
 
 @pytest.mark.parametrize("case", ["missing", "no-config", "a-file", "not-json", "no-weights", "truncated-data",
                                   "truncated-header"])
-def test_local_model_that_holds_no_model_is_a_usage_error(case: str, tmp_path: Path, checkpoint: Path,
+def test_local_model_that_holds_no_model_is_a_usage_error(case: str, tmp_path: Path, llama_folder: Path,
                                                           inner: Inner) -> None:
     (tmp_path / "models").mkdir()
-    argument, fragments = bad_model_paths(tmp_path / "models", checkpoint)[case]
+    argument, fragments = bad_model_paths(tmp_path / "models", llama_folder)[case]
     run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "--model", str(argument))
     assert_one_usage_error(run, [f"--model {argument}:", *fragments])
 
@@ -100,9 +93,9 @@ def test_hub_id_missing_offline_fails_with_require_models(inner: Inner) -> None:
     assert message.endswith("(--require-models: a missing model fails its cells)"), message
 
 
-def test_broken_checkpoint_files_in_the_matrix_are_named_at_load_time(tmp_path: Path, checkpoint: Path) -> None:
+def test_broken_checkpoint_files_in_the_matrix_are_named_at_load_time(tmp_path: Path, llama_folder: Path) -> None:
     """A matrix entry is loaded during the run: its cells fail with an error that names the file."""
-    cut = truncated_copy(checkpoint, tmp_path / "cut")
+    cut = truncated_copy(llama_folder, tmp_path / "cut")
     with pytest.raises(CheckpointFileError, match=f"^{cut / 'model.safetensors'}: truncated"):
         load_master(ModelSpec(id="cut", source="checkpoint", location=str(cut), settings=SMALL))
     (cut / "config.json").write_text('{"model_type": "llama",}')

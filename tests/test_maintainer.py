@@ -11,7 +11,6 @@ paid once per machine, like the conformance matrix run that shares it.
 from __future__ import annotations
 
 import importlib.util
-import json
 import re
 import shutil
 import sys
@@ -31,7 +30,7 @@ from kvconform.cli_models import spec_from_argument
 from kvconform.matrix import ModelSpec, Settings, Tolerance, parse_matrix
 from kvconform.report import REPORT_FILES, merge_documents, strip_volatile
 from kvconform.runner import CellRunner
-from tests.conftest import tiny
+from tests.conftest import save_llama, tiny
 from tests.inner import Inner, Run, SharedRuns
 from tests.test_plugin import CHECKS, assert_one_usage_error
 
@@ -61,24 +60,7 @@ def report_texts(run: Run) -> dict[str, str]:
     return texts
 
 
-def save_llama(folder: Path, **config: Any) -> torch.nn.Module:
-    """tests.conftest.tiny("llama") as a safetensors checkpoint folder (config overrides go into config.json)."""
-    model = tiny("llama")
-    model.save_pretrained(folder, safe_serialization=True)
-    if config:
-        data = json.loads((folder / "config.json").read_text())
-        (folder / "config.json").write_text(json.dumps(data | config, indent=2))
-    return model
-
-
 # ----------------------------------------------------------------------------------------- shared runs
-
-
-@pytest.fixture(scope="module")
-def llama_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("ckpt") / "tiny-llama"
-    save_llama(folder)
-    return folder
 
 
 @pytest.fixture
