@@ -17,6 +17,7 @@ from kvconform.matrix import Tolerance
 from kvconform.probe.decode import GenerateRecord, ProbeRecord, StepRecord
 from kvconform.probe.layer_state import LayerState
 from kvconform.probe.quantized import SCALES_PER_LAYER
+from kvconform.probe.selections import SelectionReplay
 from kvconform.results import CheckResult, Figure
 
 BYTES_PER_VALUE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
@@ -41,6 +42,8 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
     }
     if record.full_precision_delta is not None:
         details["full_precision_delta"] = record.full_precision_delta
+    if record.replay is not None:
+        details["selection_replay"] = replay_details(record.replay)
     measured, shown_limit = f"{worst.max_abs_delta:.2e}", f"{limit:.2e}"
     if record.nonfinite:
         figure = Figure(float("inf"), limit, "logit")
@@ -55,6 +58,11 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
                         f"differs by {record.full_precision_delta:.3g} by design")
         return CheckResult("parity", True, measured, shown_limit, message, details, figure)
     first = failing[0]
+    if record.replay is not None and record.replay.agrees(limit):
+        replayed = max(record.replay.step_max_abs_delta)
+        message = (f"[near-tie selections] not a cache fault: {record.replay.describe(limit)}; without the replay |Δ| "
+                   f"{measured} at step {worst.step} > {shown_limit} ({_limit_text(tolerance, record)}), from rounding alone")
+        return CheckResult("parity", True, f"{replayed:.2e}", shown_limit, message, details, Figure(replayed, limit, "logit"))
     lines = [
         f"cached logits diverge from {record.reference} at decode step {first.step} "
         f"({_step_name(first, record)}): |Δ| {first.max_abs_delta:.3g} at batch row {first.worst_row}, "
@@ -74,8 +82,22 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
         details["divergence"] = record.divergence.describe()
     elif diagnosis == "cache fault" and record.located:
         lines.append("stored K/V match a fresh pass at every layer and position: suspect the attention mask or positions")
+    if record.replay is not None:
+        lines.append(record.replay.describe(limit))
     lines[0] = f"[{diagnosis}] " + lines[0]
     return CheckResult("parity", False, measured, shown_limit, "\n".join(lines), details, figure)
+
+
+def replay_details(replay: SelectionReplay) -> dict[str, Any]:
+    """The selection replay as plain data for the report."""
+    return {
+        "selections": replay.selections,
+        "near_ties": replay.near_ties,
+        "flips": [{"module": f.module, "op": f.op, "k": f.k, "position": f.position, "row": f.row, "margin": f.margin,
+                   "score_delta": f.score_delta, "rounding_step": f.rounding} for f in replay.flips],
+        "replayed_step_max_abs_delta": replay.step_max_abs_delta,
+        "error": replay.error,
+    }
 
 
 def _diagnosis(record: ProbeRecord) -> str:
@@ -312,6 +334,14 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
                "seq_length_trace": path.seq_lengths}
     problems = []
     over = [k for k, d in enumerate(path.step_max_abs_delta) if d > limit]
+    if path.replay is not None:
+        details["selection_replay"] = replay_details(path.replay)
+    rescued = bool(over) and path.replay is not None and path.replay.agrees(limit)
+    if rescued and path.replay is not None:
+        replayed = max(path.replay.step_max_abs_delta)
+        note = (f"[near-tie selections] not a cache fault: {path.replay.describe(limit)}; without the replay |Δ| {worst:.3g} "
+                f"> {limit:.3g}, from rounding alone")
+        over, worst = [], replayed
     if over:
         problems.append(
             f"cached logits leave {path.reference} from decode step {over[0]} (worst |Δ| {worst:.3g} at step "
@@ -321,6 +351,8 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
         details["diagnosis"] = "top-k ties" if path.topk_ties is not None else "cache fault"
         if path.topk_ties is not None:
             problems.append(f"[top-k ties] not a cache fault: {path.topk_ties.describe()}")
+        if path.replay is not None:
+            problems.append(path.replay.describe(limit))
     expected = [path.first_length + k for k in range(len(path.seq_lengths))]
     if any(length is not None for length in path.seq_lengths) and path.seq_lengths != expected:
         problems.append(f"get_seq_length() trace {path.seq_lengths}, expected {expected}")
@@ -332,6 +364,8 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
             break
     if not problems:
         message = f"{path.description}: max |Δlogit| {worst:.2e} ≤ {limit:.2e}; cache grew by one per step; shapes match"
+        if rescued:
+            message += f"; {note}"
         return CheckResult(name, True, f"{worst:.2e}", f"{limit:.2e}", message, details, Figure(worst, limit, "logit"))
     text = f"{path.description}: " + "; ".join(problems)
     return CheckResult(name, False, f"{worst:.2e}", f"{limit:.2e}", text, details, Figure(worst, limit, "logit"))

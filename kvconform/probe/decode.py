@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -35,6 +37,7 @@ from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.quantized import QuantizedKVRecord
 from kvconform.probe.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
 from kvconform.probe.reorder import run_reorder
+from kvconform.probe.selections import SelectionReplay, replay_selections
 from kvconform.probe.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
 
 
@@ -108,6 +111,8 @@ class ProbeRecord:
     topk_ties: TopkTies | None
     """Set when the uncached pass's top-k selections were decided by exact ties (a degenerate build)."""
     generate: GenerateRecord | None
+    replay: SelectionReplay | None = None
+    """Set when parity failed on a model that selects (routers, indexers): the decode with the uncached selections."""
     paths: dict[str, PathRecord] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     reference: str = "the uncached reference"
@@ -201,7 +206,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
 
     finite_ref = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     logit_scale = float(finite_ref.abs().max())
-    divergence, unstable, ties = None, None, None
+    divergence, unstable, ties, replay = None, None, None, None
     limit = plan.locate_tolerance.limit(logit_scale) if plan.locate_tolerance is not None else float("inf")
     located = max(s.max_abs_delta for s in steps) > limit
     if located:
@@ -209,6 +214,9 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         unstable = prefix_instability(model, full, reference, [plan.prompt_length, total - 1], limit)
         ties = topk_ties(lambda: model(input_ids=full, use_cache=False))
         divergence = _locate(model, keyword, plan, cache, full)
+        if plan.cache != "quantized":  # the fp8 design reference is itself a cached decode
+            replay = replay_selections(model, getattr(torch, dtype), lambda: _decode_deltas(model, keyword, plan, full, reference_steps),
+                                       lambda: model(input_ids=full, use_cache=False))
         timings["locate_s"] = time.perf_counter() - start
 
     paths = {}
@@ -223,6 +231,9 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
                 paths[name] = path = run()
                 if plan.locate_tolerance is not None and max(path.step_max_abs_delta) > plan.locate_tolerance.limit(path.logit_scale):
                     path.topk_ties = topk_ties(run)  # a failing path: were its selections decided by ties?
+                    if name != "reorder":  # reorder compares two cached runs: no uncached selections to replay
+                        rerun = partial(run_ragged, model, plan, keyword, path.fed) if name == "ragged" else run
+                        path.replay = _replay_path(model, dtype, name, rerun, full)
             except Exception as exc:  # noqa: BLE001 - a crash in one path fails that path's check only
                 paths[name] = failed_path(name, exc)
             timings[f"{name}_s"] = time.perf_counter() - start
@@ -245,6 +256,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         divergence=divergence,
         prefix_instability=unstable,
         topk_ties=ties,
+        replay=replay,
         generate=generate,
         paths=paths,
         timings=timings,
@@ -252,6 +264,27 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         quantized=quantized,
         full_precision_delta=full_precision_delta,
     )
+
+
+def _replay_path(model: Model, dtype: str, name: str, run: Callable[[], PathRecord], full: torch.Tensor) -> SelectionReplay | None:
+    """A failing path again with the uncached selections forced in: ragged's own per-row passes (``run`` feeds the
+    tokens the path decoded), else the main one."""
+
+    def uncached() -> object:
+        return run() if name == "ragged" else model(input_ids=full, use_cache=False)
+
+    return replay_selections(model, getattr(torch, dtype), lambda: run().step_max_abs_delta, uncached)
+
+
+def _decode_deltas(model: Model, keyword: str, plan: ProbePlan, full: torch.Tensor, reference_steps: torch.Tensor) -> list[float]:
+    """The cell's prefill and decode fed ``full`` (the tokens the probe decoded): per step max |Δ| to ``reference_steps``."""
+    cache, output = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, full.shape[1]), input_ids=full[:, : plan.prompt_length])
+    deltas = [_compare(output.logits[:, -1, :], reference_steps[:, 0, :])[0]]
+    for step, position in enumerate(range(plan.prompt_length, full.shape[1]), start=1):
+        output = model(input_ids=full[:, position : position + 1], use_cache=True, **{keyword: cache})
+        cache = returned_cache(output, cache)
+        deltas.append(_compare(output.logits[:, -1, :], reference_steps[:, step, :])[0])
+    return deltas
 
 
 def _design_reference(model: Model, keyword: str, full: torch.Tensor, prompt_length: int,

@@ -19,6 +19,7 @@ from kvconform.build.models import Model
 from kvconform.probe.cache_io import forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.reference_health import TopkTies
+from kvconform.probe.selections import SelectionReplay
 
 
 def ragged_row_lengths(batch_size: int, prompt_length: int) -> list[int]:
@@ -50,6 +51,10 @@ class PathRecord:
     """Set when the path failed and its top-k selections were decided by exact ties (then no cache is blamed)."""
     reference: str = "the uncached reference"
     """What the path's logits are compared with."""
+    replay: SelectionReplay | None = None
+    """Set when the path failed on a model that selects: the path run again with the uncached selections."""
+    fed: list[list[int]] | None = None
+    """The tokens decoded after the prefill, per row, where a rerun must feed the same ones (ragged)."""
 
 
 class PathNotApplicable(RuntimeError):
@@ -112,8 +117,9 @@ def _mask_as_generate_feeds(model: Model, cache: Any, ids: torch.Tensor, attenti
 
 
 @torch.inference_mode()
-def run_ragged(model: Model, plan: Any, keyword: str) -> PathRecord:
-    """Left-padded prompts of lengths P, P-1, … (at least 2) decoded together with a mask."""
+def run_ragged(model: Model, plan: Any, keyword: str, feed: list[list[int]] | None = None) -> PathRecord:
+    """Left-padded prompts of lengths P, P-1, … (at least 2) decoded together with a mask; greedy, or fed the
+    tokens ``feed`` (a rerun's)."""
     device = input_device(model)
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
     batch, width = prompt.shape
@@ -134,7 +140,7 @@ def run_ragged(model: Model, plan: Any, keyword: str) -> PathRecord:
     cache_lengths = [seq_length(cache)]
     feed_mask = True
     for k in range(plan.decode_steps):
-        token = logits[-1].argmax(-1, keepdim=True)
+        token = logits[-1].argmax(-1, keepdim=True) if feed is None else torch.tensor(feed, device=device)[:, k : k + 1]
         tokens.append(token)
         mask = torch.cat([mask, torch.ones_like(token)], dim=1)
         if k == 0:
@@ -155,7 +161,9 @@ def run_ragged(model: Model, plan: Any, keyword: str) -> PathRecord:
         for k, cached in enumerate(logits):
             deltas[k][row] = row_delta(cached[row : row + 1], reference[k : k + 1])[0]
     description = f"left-padded rows of lengths {lengths} with an attention mask"
-    return summarize("ragged", deltas, scale, description, cache_lengths, width, cache)
+    record = summarize("ragged", deltas, scale, description, cache_lengths, width, cache)
+    record.fed = generated.tolist()
+    return record
 
 
 @torch.inference_mode()
