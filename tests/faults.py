@@ -186,6 +186,15 @@ def static_not_reordered() -> list[Patch]:
     return [(StaticLayer, "reorder_cache", reorder_cache)]
 
 
+def quantized_not_reordered() -> list[Patch]:
+    """An fp8 layer's ``reorder_cache`` leaves its quantized rows where they were."""
+
+    def reorder_cache(self: Any, beam_idx: torch.Tensor) -> None:
+        return None
+
+    return [(Fp8QuantizedLayer, "reorder_cache", reorder_cache)]
+
+
 def crop_one_short() -> list[Patch]:
     """``crop(-k)`` removes k-1 columns: one rejected token's K/V stays in the cache."""
     original = DynamicLayer.crop
@@ -225,6 +234,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "beam_not_reordered": beam_not_reordered,
     "crop_one_short": crop_one_short,
     "static_not_reordered": static_not_reordered,
+    "quantized_not_reordered": quantized_not_reordered,
     "static_window_no_roll": static_window_no_roll,
     "fp8_scale_drift": fp8_scale_drift,
     "write_late": write_late,

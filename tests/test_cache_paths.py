@@ -115,6 +115,8 @@ PATH_FAULTS = {
                         "layer 0, position 6 (keys): the dequantized cache differs from the fp8 design", {"quantized_kv", "parity"}),
     "static_not_reordered": (LLAMA, "static", "sdpa", "reorder",
                              "leave the same static cache prefilled in that row order from decode step 0", {"reorder"}),
+    "quantized_not_reordered": (LLAMA, "quantized", "sdpa", "reorder",
+                                "leave the same prefilled quantized cache with its rows moved by hand from decode step 0", {"reorder"}),
 }
 
 

@@ -3,13 +3,19 @@ row's cached state with it.
 
 A prefilled cache of B rows is reordered by a permutation that moves every row and then decoded; a
 second cache of the same kind, prefilled with the rows already in that order, is decoded with the same
-tokens. Rows are independent, so both must give the same logits at the dtype's tolerance, for any cache
-kind: even a quantized cache's per-tensor scale does not depend on the order of the rows. It runs on the
+tokens. Rows are independent, so both must give the same logits at the dtype's tolerance. It runs on the
 static and quantized cells, whose beam search is not compared token by token (README, "Cache paths").
+
+A quantized cache is compared instead with a copy of the same prefilled cache whose per-row tensors were
+moved by hand (``index_select`` on the batch axis): a fresh prefill in another row order computes each row
+at another place of the batch's matmuls, which rounds differently on some CPU kernels, and a float8 value at
+a rounding boundary then lands one step (6 %) away: a difference of the kernels, not of ``reorder_cache``.
+State a model keeps outside its cache is caught by the static cells' fresh-prefill comparison.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import torch
@@ -37,14 +43,35 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
         raise PathNotApplicable(f"batch_size {batch}: reordering needs at least 2 rows")
     order = torch.roll(torch.arange(batch, device=sequence.device), 1)
     cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prompt_length])
+    by_hand = _rows_moved(copy.deepcopy(cache), order) if plan.cache == "quantized" else None
     cache.reorder_cache(order)
     reordered = sequence[order]
     logits, lengths, cache = _decode(model, keyword, cache, reordered[:, prompt_length:])
-    fresh, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=reordered[:, :prompt_length])
-    expected, _, _ = _decode(model, keyword, fresh, reordered[:, prompt_length:])
+    if by_hand is None:
+        by_hand, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=reordered[:, :prompt_length])
+    expected, _, _ = _decode(model, keyword, by_hand, reordered[:, prompt_length:])
     deltas = [row_delta(got, want) for got, want in zip(logits, expected, strict=False)]
     scale = max(float(torch.nan_to_num(want.float()).abs().max()) for want in expected)
     description = f"a prefilled {plan.cache} cache reordered by rows {order.tolist()} (reorder_cache), then decoded"
     record = summarize("reorder", deltas, scale, description, lengths, prompt_length + 1, cache)
-    record.reference = f"the same {plan.cache} cache prefilled in that row order"
+    record.reference = ("the same prefilled quantized cache with its rows moved by hand" if plan.cache == "quantized"
+                        else f"the same {plan.cache} cache prefilled in that row order")
     return record
+
+
+def _rows_moved(cache: Any, order: torch.Tensor) -> Any:
+    """``cache`` with every per-row tensor of its layers (2-D or more, batch first; also inside tuples such as the
+    fp8 layer's ``(values, scale)``) indexed by ``order``."""
+    batch = len(order)
+
+    def moved(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[0] == batch:
+            return value.index_select(0, order.to(value.device))
+        if isinstance(value, (tuple, list)):
+            return type(value)(moved(item) for item in value)
+        return value
+
+    for layer in getattr(cache, "layers", []):
+        for name, value in vars(layer).items():
+            setattr(layer, name, moved(value))
+    return cache
