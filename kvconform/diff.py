@@ -58,6 +58,8 @@ FOLDED = {
 REGRESSIONS = ("newly_failing", "parity_grew", "lost")
 #: Reasons listed for missing results before the rest is counted on one line.
 MAX_REASONS = 8
+#: Cells whose missing results the Markdown report lists by name.
+MAX_LOST_CELLS = 50
 DEFAULT_FACTOR = 2.0
 DEFAULT_MARGIN = 0.5
 _ENV_KEYS = ("kvconform", "torch", "transformers", "accelerate", "git_commit", "date")
@@ -239,8 +241,9 @@ def missing_lines(diff: dict[str, Any]) -> list[str]:
     lines = []
     for (name, reason), entries in order[:MAX_REASONS]:
         title = MISSING[name] + (f" (transformers {release})" if name == "not_planned" and release else "")
-        changes = sorted({e["attention_change"] for e in entries if e["attention_change"]})
-        note = f" [default attention changed: {', '.join(changes)}]" if changes else ""
+        changes = sorted({e["attention_change"] for e in entries if e["attention_change"]}) if name == "not_planned" else []
+        shown = ", ".join(changes[:4]) + (f", … {len(changes) - 4} more" if len(changes) > 4 else "")
+        note = f" [default attention changed: {shown}]" if changes else ""
         example = f" (e.g. {entries[0]['cell_id']} {entries[0]['check']})" if name == "lost" else ""
         lines.append(f"{len(entries)} {title}: {reason} — {_commonest_models(entries)}{example}{note}")
     rest = order[MAX_REASONS:]
@@ -303,6 +306,13 @@ def render_diff_markdown(diff: dict[str, Any]) -> str:
             rows = [[md_cell(c) for c in _row(name, entry)[1:]] for entry in diff[name]]
             sections += [f"## {title.capitalize()} ({len(diff[name])})",
                          tabulate(rows, headers=_HEADERS[1:], tablefmt="github", disable_numparse=True)]
+    if diff["lost"]:
+        cells: dict[str, list[str]] = {}
+        for entry in diff["lost"]:
+            cells.setdefault(entry["cell_id"], []).append(entry["check"])
+        listed = [f"- `{cell}`: {', '.join(checks)}" for cell, checks in list(cells.items())[:MAX_LOST_CELLS]]
+        more = [f"- … {len(cells) - MAX_LOST_CELLS} more cells"] if len(cells) > MAX_LOST_CELLS else []
+        sections += [f"## {MISSING['lost'].capitalize()} ({len(diff['lost'])})", "\n".join(listed + more)]
     for entry in diff["newly_failing"]:
         sections += [f"### {entry['check']} · {entry['cell_id']}", code_fence(entry["message"] or "(no message)")]
     return "\n\n".join(sections) + "\n"

@@ -410,6 +410,8 @@ def test_a_planned_cell_missing_from_the_new_run_regresses(tmp_path: Path, atten
     # The cells the release did not plan stay information beside the regression.
     assert any(line.startswith("4 not planned by the new run") for line in lines)
     assert run_tool(tmp_path, base, new, "--allow-missing").returncode == 0
+    text = render_diff_markdown(diff)
+    assert "## Missing (passed in base) (4)\n\n- `llama[float16-cpu-dynamic]`: bytes, growth, parity, shapes\n" in text
 
 
 def test_a_model_the_new_run_did_not_select_regresses_and_says_how_it_was_narrowed(tmp_path: Path,
