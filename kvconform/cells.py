@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-from kvconform.checks.table import CHECKS
+from kvconform.checks.table import CHECK_ORDER, CHECKS
 from kvconform.families import CAUSAL_LM
 from kvconform.matrix import QUANTIZED, Matrix, ModelSpec, Tolerance
+from kvconform.plan import NOT_APPLICABLE
 from kvconform.probe.variants import ragged_row_lengths
 
 #: The attention implementation whose cells keep the short id (``llama[float32-cpu-static]``).
@@ -64,30 +67,86 @@ def cache_axes(spec: ModelSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return ("dynamic",), (DEFAULT_ATTENTION,)
 
 
-def expand_cells(matrix: Matrix, model_attention: Callable[[ModelSpec], str] | None = None) -> list[Cell]:
-    """Every cell of the matrix, grouped by model (a model's cells stay together).
+#: Why a cell of the matrix axes is not planned (``plan.unplanned`` of a report; plain text a diff can group).
+NO_SDPA = "the model has no sdpa attention in this release: its eager cells are its default path"
+QUANTIZED_ONE_ATTENTION = "the quantized cache runs with the model's default attention only"
+VARIANT_DTYPES = ("variant cells (a cache other than dynamic, or an attention other than the model's default) "
+                  "run in variant_dtypes {dtypes} only")
+
+
+def _candidates(spec: ModelSpec, model_attn: str) -> list[tuple[Cell, str | None]]:
+    """Every cell of ``spec``'s axes with why it is not planned (``None``: it is)."""
+    settings = spec.settings
+    caches, wanted = cache_axes(spec)
+    attentions = list(wanted)
+    if model_attn != DEFAULT_ATTENTION and DEFAULT_ATTENTION in wanted and model_attn not in attentions:
+        attentions.append(model_attn)
+    found = []
+    for device in settings.devices:
+        for dtype in settings.dtypes:
+            for cache in caches:
+                for attn in attentions:
+                    cell = Cell(spec, dtype, device, cache, attn, model_attn)
+                    if attn == DEFAULT_ATTENTION and model_attn != DEFAULT_ATTENTION:
+                        reason: str | None = NO_SDPA
+                    elif cache == QUANTIZED and attn != model_attn:
+                        # The fp8 layer hands dequantized K/V to whatever attention runs: one attention suffices.
+                        reason = QUANTIZED_ONE_ATTENTION
+                    elif cell.is_variant and settings.variant_dtypes is not None and dtype not in settings.variant_dtypes:
+                        reason = VARIANT_DTYPES.format(dtypes=list(settings.variant_dtypes))
+                    else:
+                        reason = None
+                    found.append((cell, reason))
+    return found
+
+
+def plan_cells(matrix: Matrix, model_attention: Callable[[ModelSpec], str] | None = None,
+               ) -> tuple[list[Cell], list[tuple[Cell, str]]]:
+    """The planned cells of the matrix, grouped by model (a model's cells stay together), and the cells of
+    its axes left out, each with the reason.
 
     ``model_attention(spec)`` is the attention the model runs by default: a model without sdpa gets no
     sdpa cells, and its eager cells are its default path. Variant cells (a cache other than dynamic, or
     an attention other than the model's default) run in ``variant_dtypes`` when set.
     """
-    cells = []
+    planned, unplanned = [], []
     for spec in matrix.models:
-        settings = spec.settings
-        caches, wanted = cache_axes(spec)
         model_attn = model_attention(spec) if model_attention and spec.family == CAUSAL_LM else DEFAULT_ATTENTION
-        attentions = [a for a in wanted if model_attn == DEFAULT_ATTENTION or a != DEFAULT_ATTENTION]
-        if model_attn != DEFAULT_ATTENTION and DEFAULT_ATTENTION in wanted and model_attn not in attentions:
-            attentions.append(model_attn)
-        for device in settings.devices:
-            for dtype in settings.dtypes:
-                for cache in caches:
-                    # The fp8 layer hands dequantized K/V to whatever attention runs: one attention suffices.
-                    for attn in attentions if cache != QUANTIZED else [a for a in attentions if a == model_attn][:1]:
-                        cell = Cell(spec, dtype, device, cache, attn, model_attn)
-                        if not cell.is_variant or settings.variant_dtypes is None or dtype in settings.variant_dtypes:
-                            cells.append(cell)
-    return cells
+        for cell, reason in _candidates(spec, model_attn):
+            if reason is None:
+                planned.append(cell)
+            else:
+                unplanned.append((cell, reason))
+    return planned, unplanned
+
+
+def expand_cells(matrix: Matrix, model_attention: Callable[[ModelSpec], str] | None = None) -> list[Cell]:
+    """Every planned cell of the matrix (:func:`plan_cells`)."""
+    return plan_cells(matrix, model_attention)[0]
+
+
+def plan_field(planned: Iterable[Cell], unplanned: Iterable[tuple[Cell, str]],
+               skipped: Iterable[Mapping[str, Any]], selection: list[str]) -> dict[str, Any]:
+    """The ``plan`` field of a report (``kvconform.plan``) from the planned cells, the left-out cells with
+    reasons, the skipped result rows (``cell_id``, ``check``, ``reason``) and the narrowing options."""
+    planned, unplanned = list(planned), list(unplanned)
+    by_checks: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for cell in planned:
+        by_checks[tuple(check for check in CHECK_ORDER if check_applies(check, cell))].append(cell.id)
+    left_out: dict[str, list[str]] = defaultdict(list)
+    for cell, reason in unplanned:
+        left_out[reason].append(cell.id)
+    not_applicable: dict[str, list[str]] = defaultdict(list)
+    for row in skipped:
+        if str(row.get("reason", "")).startswith(NOT_APPLICABLE):
+            not_applicable[row["reason"]].append(f"{row['cell_id']}::{row['check']}")
+    return {
+        "models": {cell.spec.id: {"attention": cell.model_attn} for cell in [*planned, *(cell for cell, _ in unplanned)]},
+        "planned": [{"checks": list(checks), "cells": sorted(ids)} for checks, ids in sorted(by_checks.items())],
+        "unplanned": [{"reason": reason, "cells": sorted(ids)} for reason, ids in sorted(left_out.items())],
+        "not_applicable": [{"reason": reason, "keys": sorted(keys)} for reason, keys in sorted(not_applicable.items())],
+        "selection": selection,
+    }
 
 
 def shard(matrix: Matrix, index: int, count: int) -> Matrix:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kvconform.cells import Cell, check_applies, expand_cells, shard, untestable
+from kvconform.cells import Cell, check_applies, plan_cells, plan_field, shard, untestable
 from kvconform.known_failures import ExpectedFailure, known_failure
 from kvconform.matrix import Matrix, MatrixError, load_matrix
 from kvconform.report.document import count_not_run, finite_or_null
@@ -41,7 +41,7 @@ class KvconformState:
         self.matrix = matrix
         from kvconform.build.support import model_attention
 
-        self.cells = expand_cells(matrix, model_attention)
+        self.cells, self.unplanned = plan_cells(matrix, model_attention)
         self.cells_by_id = {cell.id: cell for cell in self.cells}
         self.results: dict[str, ResultRow] = {}
         self.cell_timings: dict[str, dict[str, Any]] = {}
@@ -418,8 +418,22 @@ def build_document(state: KvconformState, stopped: str | None = None) -> dict[st
         ],
         "results": ran,
         "not_run": count_not_run([row for row in rows if row["outcome"] == "skip"]),
+        "plan": plan_field(state.cells, state.unplanned, [row for row in rows if row["outcome"] == "skip"],
+                           _selection(state.config)),
         "cells": [dict(cell_id=cell_id, **timings) for cell_id, timings in sorted(state.cell_timings.items())],
     }
+
+
+def _selection(config: pytest.Config) -> list[str]:
+    """The options that narrowed this run to a subset of the matrix, as typed (empty for a whole run)."""
+    from kvconform.options import NARROWING
+
+    chosen = [f"--model {model}" for model in config.getoption("kvconform_models")]
+    chosen += [f"{option} {value}" for option, (field, _) in NARROWING.items()
+               for value in config.getoption(f"kvconform_{field}")]
+    chosen += [f"--shard {config.getoption('shard')}"] if config.getoption("shard") else []
+    chosen += [f"{flag} {value!r}" for flag, name in (("-k", "keyword"), ("-m", "markexpr")) if (value := config.getoption(name))]
+    return chosen
 
 
 def _stopped(session: pytest.Session, exitstatus: int) -> str | None:

@@ -7,13 +7,19 @@ import json
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kvconform.cells import VARIANT_DTYPES, check_applies, plan_cells, plan_field
+from kvconform.checks.table import CHECK_ORDER, CHECKS
 from kvconform.diff import diff_documents, regressions, render_diff_markdown, render_diff_text
+from kvconform.matrix import parse_matrix
+from kvconform.report import merge_documents, validate_document
 from kvconform.results import SCHEMA_VERSION
+from tests.schema import SCHEMA_VALIDATOR
 
 REPO = Path(__file__).resolve().parents[1]
 TOOL = REPO / "tools" / "diff_reports.py"
@@ -25,7 +31,7 @@ def make_result(cell_id: str, check: str, outcome: str = "pass", peak: float | N
     if peak is not None and limit is not None:
         details["tolerance"] = limit
     model, _, rest = cell_id.partition("[")
-    dtype, device, cache = rest.rstrip("]").split("-")
+    dtype, device, cache = rest.rstrip("]").split("-")[:3]
     return {"cell_id": cell_id, "model": model, "dtype": dtype, "device": device,
             "cache": cache, "check": check, "outcome": outcome, "measured": "", "limit": "",
             "message": message if message is not None else "" if outcome == "pass" else f"{check} broke on {cell_id}",
@@ -298,15 +304,17 @@ def test_cli_exit_1_when_a_passing_result_disappears_unless_allowed(tmp_path: Pa
     new["results"].remove(find(new, "c[float32-cpu-dynamic]", "shapes"))
     proc = run_tool(tmp_path, base, new)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "| missing (passed in base) | c[float32-cpu-dynamic] | shapes  | pass   | —     |" in proc.stdout
+    assert ("1 missing (passed in base): the new report records no plan (an older kvconform wrote it), so no reason "
+            "is known — c: 1 (e.g. c[float32-cpu-dynamic] shapes)") in proc.stdout.splitlines()
     assert "REGRESSED: 1 missing (passed in base)" in proc.stdout
     allowed = run_tool(tmp_path, base, new, "--allow-missing")
     assert allowed.returncode == 0, allowed.stdout
     assert "No regressions (1 informational change;" in allowed.stdout
 
 
-def test_cli_exit_1_when_the_new_report_is_incomplete_unless_allowed(tmp_path: Path, base: dict[str, Any]) -> None:
-    """Same results, but the new report says its run was interrupted with checks left: not a green diff."""
+def test_cli_exit_1_when_the_new_report_is_incomplete_even_if_missing_is_allowed(tmp_path: Path,
+                                                                                base: dict[str, Any]) -> None:
+    """Same results, but the new report says its run was interrupted with checks left: never a green diff."""
     new = copy.deepcopy(base)
     new["run"] = {"complete": False, "stopped": "interrupted (Ctrl-C or pytest.exit)", "planned": 7, "never_ran": 2,
                   "cells_never_ran": 1, "shard": None, "empty_shard": False}
@@ -315,7 +323,8 @@ def test_cli_exit_1_when_the_new_report_is_incomplete_unless_allowed(tmp_path: P
     assert proc.stdout.splitlines()[-1] == (
         "REGRESSED: the new report is an incomplete run: interrupted (Ctrl-C or pytest.exit); 2 of 7 planned checks "
         "never ran (1 cells) (factor 2, margin 0.5).")
-    assert run_tool(tmp_path, base, new, "--allow-missing").returncode == 0
+    allowed = run_tool(tmp_path, base, new, "--allow-missing")  # a subset may lack results; a cut-short run is no subset
+    assert allowed.returncode == 1 and allowed.stdout.splitlines()[-1] == proc.stdout.splitlines()[-1], allowed.stdout
 
 
 def test_cli_markdown_that_cannot_be_written_is_one_error_line(tmp_path: Path, base: dict[str, Any]) -> None:
@@ -324,3 +333,154 @@ def test_cli_markdown_that_cannot_be_written_is_one_error_line(tmp_path: Path, b
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith(f"diff_reports: error: could not write --markdown {tmp_path / 'a-file' / 'diff.md'}")
+
+
+# --------------------------------------------------------------------------- missing results and the new run's plan
+
+
+PLAN_VALIDATOR = type(SCHEMA_VALIDATOR)(SCHEMA_VALIDATOR.schema["properties"]["plan"])
+RELEASE_MATRIX = {
+    "version": 1,
+    "defaults": {"dtypes": ["float32", "float16"], "devices": ["cpu"], "caches": ["dynamic"],
+                 "attentions": ["sdpa", "eager"], "beam": True,
+                 "tolerances": {"float32": {"atol": 1e-5, "rtol": 3e-5}, "float16": {"atol": 1e-3, "rtol": 2e-2}}},
+    "models": [{"sweep": "causal-lm", "variant_dtypes": ["float32"]}],
+}
+
+
+def planned_report(eager_default: set[str], transformers: str, selection: list[str] | None = None) -> dict[str, Any]:
+    """A report of codegen and llama whose every planned check passed, planned by the real rules
+    (``cells.plan_cells``): the models in ``eager_default`` have no sdpa in this "release"."""
+    matrix = parse_matrix(copy.deepcopy(RELEASE_MATRIX), path=Path("matrix.yaml"), known_model_types=lambda: ["codegen", "llama"],
+                          excluded_types={})
+    planned, unplanned = plan_cells(matrix, lambda spec: "eager" if spec.id in eager_default else "sdpa")
+    results = [make_result(cell.id, check, peak=1e-6 if check == "parity" else None, limit=1.5e-4)
+               | {"attn": cell.attn, "model": cell.spec.id} for cell in planned for check in CHECK_ORDER if check_applies(check, cell)]
+    return {"schema_version": SCHEMA_VERSION, "environment": {"transformers": transformers}, "models": [], "excluded": [],
+            "results": results, "not_run": [], "cells": [],
+            "plan": plan_field(planned, unplanned, [], selection or [])}
+
+
+@pytest.fixture
+def attention_change() -> tuple[dict[str, Any], dict[str, Any]]:
+    """codegen runs eager by default in the base release and sdpa in the new one (gptj and codegen, 5.20 -> 5.24)."""
+    return planned_report({"codegen"}, "5.20.0"), planned_report(set(), "5.24.0")
+
+
+def test_planned_reports_conform_to_the_schema(attention_change: Any) -> None:
+    for doc in attention_change:
+        assert list(PLAN_VALIDATOR.iter_errors(doc["plan"])) == []
+        assert validate_document(doc) == []
+    broken = copy.deepcopy(attention_change[1])
+    broken["plan"]["unplanned"] = [{"cells": ["x"]}]
+    assert validate_document(broken) == ["plan.unplanned: expected a list of objects with 'reason' and a list 'cells'"]
+
+
+def test_cells_the_new_release_did_not_plan_are_information(tmp_path: Path, attention_change: Any) -> None:
+    base, new = attention_change
+    diff = diff_documents(base, new)
+    missing = {(e["cell_id"], e["check"]): e["reason"] for e in diff["not_planned"]}
+    # codegen's float16 eager cell was its default path; in the new release it is a variant, run in float32 only.
+    assert missing[("codegen[float16-cpu-dynamic-eager]", "parity")] == VARIANT_DTYPES.format(dtypes=["float32"])
+    # Its float32 eager cell still runs, but beam runs with the default attention only.
+    assert missing[("codegen[float32-cpu-dynamic-eager]", "beam")] == f"the cell runs, but {CHECKS['beam'].scope()}"
+    assert len(missing) == 5 and not diff["lost"] and regressions(diff) == 0
+    proc = run_tool(tmp_path, base, new)
+    assert proc.returncode == 0, proc.stdout
+    assert ("4 not planned by the new run (transformers 5.24.0): variant cells (a cache other than dynamic, or an "
+            "attention other than the model's default) run in variant_dtypes ['float32'] only — codegen: 4 "
+            "[default attention changed: codegen eager -> sdpa]") in proc.stdout.splitlines()
+    assert proc.stdout.splitlines()[-1].startswith("No regressions (")
+    assert len(proc.stdout.splitlines()) <= 10, proc.stdout
+
+
+def test_a_planned_cell_missing_from_the_new_run_regresses(tmp_path: Path, attention_change: Any) -> None:
+    base, new = attention_change
+    new["results"] = [r for r in new["results"] if r["cell_id"] != "llama[float16-cpu-dynamic]"]
+    diff = diff_documents(base, new)
+    assert [(e["cell_id"], e["check"]) for e in diff["lost"]] == [
+        ("llama[float16-cpu-dynamic]", check) for check in ("bytes", "growth", "parity", "shapes")]
+    assert regressions(diff) == 4
+    proc = run_tool(tmp_path, base, new)
+    assert proc.returncode == 1, proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[2] == ("4 missing (passed in base): planned in the new run, no result (never ran, skipped, deselected "
+                        "or not collected) — llama: 4 (e.g. llama[float16-cpu-dynamic] bytes)")
+    assert lines[-1] == "REGRESSED: 4 missing (passed in base) (factor 2, margin 0.5)."
+    # The cells the release did not plan stay information beside the regression.
+    assert any(line.startswith("4 not planned by the new run") for line in lines)
+    assert run_tool(tmp_path, base, new, "--allow-missing").returncode == 0
+    text = render_diff_markdown(diff)
+    assert "## Missing (passed in base) (4)\n\n- `llama[float16-cpu-dynamic]`: bytes, growth, parity, shapes\n" in text
+
+
+def test_a_model_the_new_run_did_not_select_regresses_and_says_how_it_was_narrowed(tmp_path: Path,
+                                                                                 attention_change: Any) -> None:
+    base, _ = attention_change
+    new = planned_report(set(), "5.24.0", selection=["-k 'codegen'"])
+    new["results"] = [r for r in new["results"] if r["model"] == "codegen"]
+    proc = run_tool(tmp_path, base, new)
+    assert proc.returncode == 1, proc.stdout
+    assert "the new run was narrowed: -k 'codegen'" in proc.stdout.splitlines()
+    assert "missing (passed in base): planned in the new run, no result" in proc.stdout
+
+
+def test_a_cut_short_run_is_reported_as_such(tmp_path: Path, attention_change: Any) -> None:
+    base, new = attention_change
+    new["results"] = [r for r in new["results"] if r["model"] != "llama"]
+    new["run"] = {"complete": False, "stopped": "interrupted (Ctrl-C or pytest.exit)", "planned": 30, "never_ran": 9,
+                  "cells_never_ran": 2, "shard": None, "empty_shard": False}
+    for args in ((), ("--allow-missing",)):
+        proc = run_tool(tmp_path, base, new, *args)
+        assert proc.returncode == 1, proc.stdout
+        assert proc.stdout.splitlines()[-1].endswith(
+            "the new report is an incomplete run: interrupted (Ctrl-C or pytest.exit); 9 of 30 planned checks never "
+            "ran (2 cells) (factor 2, margin 0.5).")
+    assert run_tool(tmp_path, base, new).stdout.splitlines()[-1].startswith(
+        "REGRESSED: 16 missing (passed in base), the new report is an incomplete run: ")
+
+
+def test_checks_transformers_cannot_run_and_excluded_models_are_information(attention_change: Any) -> None:
+    base, new = attention_change
+    reason = "not applicable: CodeGenForCausalLM keeps its own cache"
+    new["plan"]["not_applicable"] = [{"reason": reason, "keys": ["codegen[float32-cpu-dynamic-eager]::parity"]}]
+    new["results"] = [r for r in new["results"] if r["model"] != "llama" and (r["cell_id"], r["check"]) != (
+        "codegen[float32-cpu-dynamic-eager]", "parity")]
+    for group in new["plan"]["planned"]:
+        group["cells"] = [cell for cell in group["cells"] if not cell.startswith("llama")]
+    del new["plan"]["models"]["llama"]
+    new["excluded"] = [{"id": "llama", "model_type": "llama", "reason": "needs a GPU"}]
+    diff = diff_documents(base, new)
+    reasons = Counter(e["reason"] for e in diff["not_planned"])
+    assert reasons[reason] == 1
+    assert reasons["excluded from the new run's matrix: needs a GPU"] == 16
+    assert regressions(diff) == 0
+
+
+def test_missing_results_fold_into_a_bounded_number_of_lines(attention_change: Any) -> None:
+    base, new = attention_change
+    new["results"] = []
+    new["plan"]["not_applicable"] = [{"reason": f"not applicable: reason {n}", "keys": [f"{r['cell_id']}::{r['check']}"]}
+                                     for n, r in enumerate(base["results"])]
+    text = render_diff_text(diff_documents(base, new))
+    lines = text.splitlines()
+    assert len(base["results"]) == 26 and len(lines) == 13, text  # table, 8 reasons, the rest, verdict
+    assert lines[-3] == "… 18 more missing results under 18 more reasons"
+
+
+def test_shard_plans_merge_into_the_whole_run(attention_change: Any) -> None:
+    _, whole = attention_change
+    shards = []
+    for model in ("codegen", "llama"):
+        shard_doc = copy.deepcopy(whole)
+        shard_doc["results"] = [r for r in whole["results"] if r["model"] == model]
+        plan = shard_doc["plan"]
+        plan["models"] = {model: plan["models"][model]}
+        for name, members in (("planned", "cells"), ("unplanned", "cells")):
+            plan[name] = [g | {members: [c for c in g[members] if c.startswith(model)]} for g in plan[name]]
+            plan[name] = [g for g in plan[name] if g[members]]
+        plan["selection"] = [f"--shard {len(shards) + 1}/2"]
+        shards.append(shard_doc)
+    merged = merge_documents(shards)
+    assert merged["plan"] == whole["plan"]
+    assert "plan" not in merge_documents([shards[0], {k: v for k, v in shards[1].items() if k != "plan"}])

@@ -2,8 +2,10 @@
 
 Usage: python tools/diff_reports.py BASE.json NEW.json [--factor F] [--margin M] [--allow-missing] [--markdown OUT.md]
 Exit status: 0 nothing regressed; 1 regressed: a result newly fails, a parity delta grew by more than F times
-AND past M of its limit, a passing result disappeared, or the new report is incomplete (the last two not with
---allow-missing); 2 bad input.
+AND past M of its limit, a passing result the new run planned (or gives no reason for) is missing (not with
+--allow-missing), or the new report is incomplete (a run cut short, also with --allow-missing); 2 bad input.
+Results the new run did not plan (its release changed the model's default attention or support; the new
+report's plan says why) are information, counted by reason.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--margin", type=_margin, default=DEFAULT_MARGIN,
                         help="a grown parity delta regresses only above this fraction of its limit (default %(default)s)")
     parser.add_argument("--allow-missing", action="store_true",
-                        help="passing results missing from NEW and an incomplete NEW report do not regress "
-                             "(e.g. NEW is one shard or a -k subset)")
+                        help="passing results missing from NEW do not regress (e.g. NEW is one shard or a -k subset); "
+                             "an incomplete NEW report still does")
     parser.add_argument("--markdown", type=Path, metavar="OUT.md", help="also write a Markdown report here")
     return parser.parse_args(argv)
 

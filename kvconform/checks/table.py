@@ -44,6 +44,17 @@ class CheckInfo:
         return (family in self.families and enabled and attention and (not self.float32_only or dtype == "float32")
                 and (self.caches is None or cache in self.caches))
 
+    def scope(self) -> str:
+        """Which cells the check runs on, in words (e.g. why a cell of one release has no such result in another)."""
+        parts = [f"{'/'.join(self.families)} models"] if self.families != FAMILIES else []
+        parts += ["float32 cells"] if self.float32_only else []
+        parts += [f"the {'/'.join(self.caches)} cache"] if self.caches else []
+        if self.attention:
+            parts.append("with the model's default attention" if self.attention == "default"
+                         else "with an attention other than the model's default")
+        setting = f" where the matrix turns on {self.enabled_by!r}" if self.enabled_by else ""
+        return f"{self.name} runs on {', '.join(parts) or 'every cell'}{setting}"
+
 
 #: In report column order.
 CHECK_TABLE: tuple[CheckInfo, ...] = (

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvconform.plan import merge_plans
 from kvconform.results import OUTCOMES, SCHEMA_VERSION
 from kvconform.run_status import merge_run_fields
 
@@ -123,6 +124,23 @@ def _validate_result(i: int, result: dict[str, Any], problems: list[str]) -> Non
         problems.append(f"{where}.details.tolerance: expected a number")
 
 
+#: The ``plan`` field's groups: the label each holds and the list of its members (``kvconform.plan``).
+_PLAN_GROUPS = {"planned": ("checks", "cells"), "unplanned": ("reason", "cells"), "not_applicable": ("reason", "keys")}
+
+
+def _plan_problems(plan: Any) -> list[str]:
+    """Problems that would break reading a report's ``plan`` (the schema is the full contract)."""
+    if not (isinstance(plan, dict) and isinstance(plan.get("models"), dict) and isinstance(plan.get("selection"), list)):
+        return ["plan: expected an object with 'models' (an object) and 'selection' (a list)"]
+    problems = []
+    for name, (label, members) in _PLAN_GROUPS.items():
+        groups = plan.get(name)
+        if not isinstance(groups, list) or not all(
+                isinstance(g, dict) and label in g and isinstance(g.get(members), list) for g in groups):
+            problems.append(f"plan.{name}: expected a list of objects with {label!r} and a list {members!r}")
+    return problems
+
+
 def validate_document(doc: Any) -> list[str]:
     """Problems that would break reading ``doc`` (empty when fine); the schema is the full contract."""
     if not isinstance(doc, dict):
@@ -145,6 +163,8 @@ def validate_document(doc: Any) -> list[str]:
     run = doc.get("run")
     if run is not None and not (isinstance(run, dict) and isinstance(run.get("complete"), bool)):
         problems.append("run: expected an object with a boolean 'complete'")
+    if "plan" in doc:
+        problems += _plan_problems(doc["plan"])
     seen: set[tuple[str, str]] = set()
     for i, result in enumerate(_list_of_dicts(doc, "results", problems)):
         _validate_result(i, result, problems)
@@ -182,8 +202,8 @@ def merge_documents(docs: list[Doc]) -> Doc:
 
     Results, cells, models and exclusions are concatenated (models and exclusions de-duplicated by
     id), never-run counts added up by reason, and everything sorted deterministically; the
-    environment comes from the first shard plus a ``shards`` count, and ``run`` is complete only if
-    every shard's run is. Raises ``ValueError`` for an
+    environment comes from the first shard plus a ``shards`` count, ``run`` is complete only if
+    every shard's run is, and ``plan`` is the union of the shards' (absent if a shard has none). Raises ``ValueError`` for an
     empty list, mixed schema versions or a result present twice.
     """
     if not docs:
@@ -211,6 +231,7 @@ def merge_documents(docs: list[Doc]) -> Doc:
             total["checks"] += group["checks"]
     environment = copy.deepcopy(docs[0].get("environment", {}))
     environment["shards"] = sum(doc.get("environment", {}).get("shards", 1) for doc in docs)
+    plan = merge_plans(docs)
     return {
         "schema_version": docs[0].get("schema_version"),
         "environment": environment,
@@ -221,6 +242,7 @@ def merge_documents(docs: list[Doc]) -> Doc:
         "not_run": sorted(not_run.values(), key=lambda g: (-g["checks"], g["reason"])),
         "cells": sorted((copy.deepcopy(c) for doc in docs for c in doc.get("cells", [])),
                         key=lambda c: (c.get("model", ""), c.get("cell_id", ""))),
+        **({"plan": plan} if plan is not None else {}),
     }
 
 
