@@ -104,6 +104,19 @@ def test_crop_is_not_applicable_past_a_static_window(runner):
     assert crop.not_applicable and "not croppable" in crop.not_applicable and "StaticSlidingWindowLayer" in crop.not_applicable
 
 
+def test_beam_is_not_applicable_where_the_models_generate_refuses_it_and_musicgen_generate_runs(runner):
+    """musicgen_melody's own generate() does greedy search and sampling only (modeling_musicgen_melody.py:1071): the
+    beam check is not applicable in its words. With the published decoder_start_token_id its greedy generate() and
+    left-padded generate() agree with and without the cache."""
+    cell = Cell(_spec("musicgen_melody"), "float32", "cpu", "dynamic")
+    runner.outcomes.pop(cell.id, None)
+    outcome = runner.outcome(cell)
+    beam = outcome.record.extras["beam"]
+    assert beam.not_applicable and "should be one of greedy or sampling" in beam.not_applicable, beam
+    results = checks.run_all(outcome.record, outcome.geometry, outcome.explanation, cell.tolerance)
+    assert results["generate"].passed and results["padded_generate"].passed, _failed(results)
+
+
 #: fault -> (spec, cache, attn, check whose message locates it, words that message must contain, every check that fails)
 PATH_FAULTS = {
     "beam_not_reordered": (LLAMA, "dynamic", "sdpa", "beam", "suspect the cache reorder between steps", {"beam"}),

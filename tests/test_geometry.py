@@ -38,6 +38,20 @@ def test_mla_caches_one_latent_head_of_rank_width_and_a_rotary_key():
     assert layer.expected_shapes(batch=2, seen=5, max_cache_len=None) == ((2, 1, 5, 32), (2, 1, 5, 8))
 
 
+def test_mla_nope_layer_caches_an_empty_rotary_slot_rope_layers_do_not():
+    """mistral_large4's NoPE layers project no rotary key (qk_rope_head_dim 0, modeling_mistral_large4.py:348) and
+    cache that empty slot (:442); no_rope_layers says which layers they are. A non-MLA layer's shape does not change."""
+    config = AutoConfig.for_model("mistral_large4_text", num_hidden_layers=3, kv_lora_rank=24, qk_rope_head_dim=16,
+                                  num_attention_heads=4, num_key_value_heads=4, no_rope_layers=[1, 0, 1])
+    layers = cache_geometry(config).layers
+    assert [(layer.k_head_dim, layer.v_head_dim) for layer in layers] == [(24, 16), (24, 0), (24, 16)]
+    assert "no_rope_layers[1]=0" in layers[1].reason and "no_rope" not in layers[0].reason
+    assert layers[1].expected_shapes(batch=2, seen=5, max_cache_len=None) == ((2, 1, 5, 24), (2, 1, 5, 0))
+    smollm3 = AutoConfig.for_model("smollm3", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                   head_dim=16, no_rope_layers=[1, 0])
+    assert [(layer.k_head_dim, layer.v_head_dim) for layer in cache_geometry(smollm3).layers] == [(16, 16), (16, 16)]
+
+
 def test_sliding_layers_keep_window_minus_one_and_static_keeps_window():
     config = AutoConfig.for_model("gemma2", num_hidden_layers=2, sliding_window=4, head_dim=16,
                                   num_attention_heads=4, num_key_value_heads=2)

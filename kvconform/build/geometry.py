@@ -111,13 +111,24 @@ def kv_heads(config: Any, sliding: bool = False) -> tuple[int, str]:
     return query, "num_attention_heads (no KV-head field: MHA)"
 
 
-def head_dims(config: Any, sliding: bool = False) -> tuple[int, int, str]:
-    """(K head dim, V head dim, evidence): MLA latents have K and V of different widths; sliding layers
-    read ``swa_head_dim`` if set."""
+def uses_rope(config: Any, index: int) -> tuple[bool, str]:
+    """Whether layer ``index`` applies rotary embeddings, with the evidence: ``no_rope_layers`` marks each layer
+    1 (RoPE) or 0 (NoPE), the convention of smollm3, llama4 and mistral_large4's configs."""
+    flags = getattr(config, "no_rope_layers", None)
+    if isinstance(flags, list) and index < len(flags) and not flags[index]:
+        return False, f"no_rope_layers[{index}]=0 (NoPE layer)"
+    return True, "rotary"
+
+
+def head_dims(config: Any, sliding: bool = False, rotary: bool = True) -> tuple[int, int, str]:
+    """(K head dim, V head dim, evidence): MLA latents have K and V of different widths, and a NoPE layer's
+    rotary slot is empty; sliding layers read ``swa_head_dim`` if set."""
     if sliding and _get(config, "swa_head_dim"):
         return int(config.swa_head_dim), int(config.swa_head_dim), "swa_head_dim (sliding layer)"
     rank = getattr(config, "kv_lora_rank", None)
     if rank:
+        if not rotary:  # the layer projects no rotary key and caches a slot of width 0 (modeling_mistral_large4.py:348)
+            return int(rank), 0, "MLA latent: K slot = kv_lora_rank (compressed KV), V slot empty (NoPE layer: no rotary key)"
         rope = int(_get(config, "qk_rope_head_dim") or 0)
         return int(rank), rope, "MLA latent: K slot = kv_lora_rank (compressed KV), V slot = qk_rope_head_dim (shared rotary key)"
     head_dim = _get(config, "head_dim")
@@ -204,7 +215,10 @@ def cache_geometry(config: Any) -> CacheGeometry:
             continue
         heads, _ = kv_heads(layer_config, sliding=kind == SLIDING)
         heads *= _declared_layout(text).get(f"{kind}_kv_heads_multiplier", 1)
-        k_dim, v_dim, _ = head_dims(layer_config, sliding=kind == SLIDING)
+        rotary, rope_reason = uses_rope(text, index)
+        if not rotary and getattr(layer_config, "kv_lora_rank", None):  # the only layout a NoPE layer changes
+            reason += f"; {rope_reason}"
+        k_dim, v_dim, _ = head_dims(layer_config, sliding=kind == SLIDING, rotary=rotary)
         layers.append(LayerGeometry(slot, kind, reason, heads, k_dim, v_dim, window))
     query = int(_get(layer_configs[0], "num_attention_heads", "n_head", "num_heads") or 0)
     return CacheGeometry(layers=tuple(layers), query_heads=query)

@@ -10,6 +10,7 @@ Both run with the cell's cache through ``cache_implementation`` (what users pass
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,11 @@ from kvconform.probe.decode import GenerateRecord, run_generate
 NUM_BEAMS = 3
 #: What generate() raises for a model whose cache cannot be reordered (generation/utils.py, beam search).
 CANNOT_REORDER = "cannot use beam search with a cache currently, as the cache cannot be reordered"
+#: What a model's own generate() raises when it implements greedy search and sampling only
+#: (musicgen: modeling_musicgen.py:1080, modeling_musicgen_melody.py:1071).
+GREEDY_OR_SAMPLING_ONLY = "should be one of greedy or sampling"
+#: transformers' own refusals of beam search: the check is not applicable, in the refusal's words.
+REFUSALS = (CANNOT_REORDER, GREEDY_OR_SAMPLING_ONLY)
 
 
 def left_padded(prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,14 +74,19 @@ class BeamRecord:
 
 @torch.inference_mode()
 def run_beam(model: Model, plan: Any) -> BeamRecord:
-    """Beam search over the probe's prompt, with and without the cell's cache."""
+    """Beam search over the probe's prompt, with and without the cell's cache.
+
+    Like the greedy generate() path, it starts from the model's own generation config (its decoder start token
+    and the like), which a model whose generate() does not merge it in (musicgen) would otherwise never see.
+    """
     from transformers import GenerationConfig
 
     prompt = _prompt(model, plan)
     runs = {}
     try:
         for use_cache in (True, False):
-            config = GenerationConfig(
+            config = copy.deepcopy(model.generation_config) if model.generation_config is not None else GenerationConfig()
+            config.update(
                 max_new_tokens=plan.decode_steps, min_new_tokens=plan.decode_steps, do_sample=False,
                 num_beams=NUM_BEAMS, num_return_sequences=NUM_BEAMS, early_stopping=False, length_penalty=1.0,
                 use_cache=use_cache, eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
@@ -83,7 +94,7 @@ def run_beam(model: Model, plan: Any) -> BeamRecord:
             )
             runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
     except ValueError as exc:
-        if CANNOT_REORDER in str(exc):  # transformers' own refusal: the model's cache has no reorder_cache
+        if any(refusal in str(exc) for refusal in REFUSALS):  # transformers' own refusal of beam search for this model
             return BeamRecord([], [], [], [], None, not_applicable=f"generate() refuses: {exc}"[:500])
         return BeamRecord([], [], [], [], None, error=f"{type(exc).__name__}: {exc}"[:500])
     except Exception as exc:  # noqa: BLE001 - a crash fails the beam check only
