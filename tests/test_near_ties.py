@@ -16,6 +16,7 @@ from kvconform.probe.selections import NEAR_TIE_STEPS, recording, replaying
 from tests.conftest import probe_and_check, tiny
 from tests.faults import patched, planted
 
+
 @contextmanager
 def _tied_router_rounded_differently_when_cached(model: torch.nn.Module) -> Iterator[None]:
     """qwen2_moe, top-1, whose layer-1 router ties two experts at the top for every token (gate rows 1 = 2 = w,
