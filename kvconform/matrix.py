@@ -7,6 +7,7 @@ the field, and unknown names come with close matches.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -42,6 +43,19 @@ TOLERANCE_KEYS = ("atol", "rtol")
 
 class MatrixError(ValueError):
     """A problem in the matrix file; the message names the file, the entry and the field."""
+
+
+@dataclass(frozen=True)
+class GGUFPart:
+    """One piece of a GGUF file split across Python packages: ``FILE`` inside import package ``PACKAGE``."""
+
+    package: str
+    file: str
+
+    @property
+    def distribution(self) -> str:
+        """The name to ``pip install`` (the import name with ``-`` for ``_``)."""
+        return self.package.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -108,6 +122,10 @@ class ModelSpec:
     max_memory: Mapping[str, str] | None = None
     family: str = CAUSAL_LM
     """``causal-lm``, ``image-text-to-text``, ``seq2seq`` or ``speech-seq2seq``: how the model is built and driven."""
+    gguf_parts: tuple[GGUFPart, ...] = ()
+    """A GGUF file split across packages, in order (``location`` then reads ``parts:FIRST … LAST (N)``); empty otherwise."""
+    gguf_sha256: str | None = None
+    """The sha256 of the joined parts, as the matrix declares it (split GGUF files only)."""
 
     @property
     def model_type(self) -> str | None:
@@ -306,16 +324,54 @@ def _check_model_type(model_type: Any, label: str, field_name: str, known: list[
     return model_type
 
 
+def _gguf_source(value: Any, label: str) -> tuple[str, tuple[GGUFPart, ...], str | None]:
+    """(location, parts, sha256) of a ``gguf`` field; a single file has no parts and no declared sha256."""
+    if isinstance(value, dict) and "parts" in value:
+        parts, digest = _gguf_parts(value, label)
+        return f"parts:{parts[0].package} … {parts[-1].package} ({len(parts)})", parts, digest
+    return _gguf_location(value, label), (), None
+
+
 def _gguf_location(value: Any, label: str) -> str:
     if isinstance(value, str):
         return value
     _expect(value, dict, label, "gguf")
-    _check_keys(value, ("path", "package", "file"), f"{label}: gguf")
+    _check_keys(value, ("path", "package", "file", "parts"), f"{label}: gguf")
     if "path" in value:
         return _expect(value["path"], str, label, "gguf.path")
     if "package" in value and "file" in value:
         return f"package:{_expect(value['package'], str, label, 'gguf.package')}/{_expect(value['file'], str, label, 'gguf.file')}"
-    raise MatrixError(f"{label}: field 'gguf' needs either 'path' or both 'package' and 'file'")
+    raise MatrixError(f"{label}: field 'gguf' needs either 'path', both 'package' and 'file', or 'parts' with 'sha256'")
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _gguf_parts(value: Mapping[str, Any], label: str) -> tuple[tuple[GGUFPart, ...], str]:
+    """``gguf: {parts: [{package, file}, ...], sha256}`` -> (the parts in order, the joined file's sha256)."""
+    where = f"{label}: gguf"
+    _check_keys(value, ("parts", "sha256"), where)
+    parts = value["parts"]
+    if not isinstance(parts, list) or len(parts) < 2:
+        raise MatrixError(f"{where}: field 'parts' must list at least two {{package, file}} pieces in order, got {parts!r}")
+    found = []
+    for index, part in enumerate(parts):
+        _expect(part, dict, where, f"parts[{index}]")
+        _check_keys(part, ("package", "file"), f"{where}.parts[{index}]")
+        if "package" not in part or "file" not in part:
+            raise MatrixError(f"{where}.parts[{index}]: needs both 'package' (an import name) and 'file' (a path inside it)")
+        package = _expect(part["package"], str, where, f"parts[{index}].package")
+        if not package.isidentifier():
+            raise MatrixError(f"{where}.parts[{index}]: 'package' must be an import name such as my_weights_part1, got {package!r}")
+        found.append(GGUFPart(package, _expect(part["file"], str, where, f"parts[{index}].file")))
+    if len(set(found)) != len(found):
+        raise MatrixError(f"{where}: field 'parts' names the same piece twice")
+    if "sha256" not in value:
+        raise MatrixError(f"{where}: a split file needs 'sha256', the hex digest of the joined parts (sha256sum of the whole file)")
+    digest = _expect(value["sha256"], str, where, "sha256")
+    if not _SHA256.fullmatch(digest):
+        raise MatrixError(f"{where}: field 'sha256' must be 64 lowercase hex digits, got {digest!r}")
+    return tuple(found), digest
 
 
 def _parse_xfail(raw: Any, label: str) -> dict[str, KnownFailure]:
@@ -345,10 +401,12 @@ def _parse_model(entry: Mapping[str, Any], defaults: Settings, label: str, known
     model_id = _expect(entry["id"], str, label, "id")
     if not model_id or any(ch in model_id for ch in "[] "):
         raise MatrixError(f"{label}: field 'id' must be non-empty without spaces or brackets, got {model_id!r}")
+    parts: tuple[GGUFPart, ...] = ()
+    digest = None
     if source == "synthetic":
         location = _check_model_type(entry["synthetic"], label, "synthetic", known_types)
     elif source == "gguf":
-        location = _gguf_location(entry["gguf"], label)
+        location, parts, digest = _gguf_source(entry["gguf"], label)
     else:
         location = _expect(entry[source], str, label, source)
     if "config" in entry and source != "synthetic":
@@ -370,6 +428,8 @@ def _parse_model(entry: Mapping[str, Any], defaults: Settings, label: str, known
         xfail=_parse_xfail(entry.get("xfail", {}), label),
         device_map=_expect(entry["device_map"], str, label, "device_map") if "device_map" in entry else None,
         max_memory=dict(_expect(entry["max_memory"], dict, label, "max_memory")) if "max_memory" in entry else None,
+        gguf_parts=parts,
+        gguf_sha256=digest,
     )
 
 

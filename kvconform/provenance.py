@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from kvconform.build.models import ModelUnavailable, file_digest, resolve_gguf
+from kvconform.build.split_gguf import join_parts, joined_name, missing_parts, part_paths
 from kvconform.matrix import ModelSpec
 
 
@@ -24,6 +25,8 @@ def weights_file(spec: ModelSpec) -> dict[str, Any] | None:
     """Name, size, sha256 and shipping package of a GGUF entry's file; ``None`` for other sources or a missing file."""
     if spec.source != "gguf":
         return None
+    if spec.gguf_parts:
+        return _split_file(spec)
     try:
         path = resolve_gguf(spec.location, spec.id)
     except ModelUnavailable:
@@ -33,6 +36,24 @@ def weights_file(spec: ModelSpec) -> dict[str, Any] | None:
     return {
         "name": path.name, "bytes": path.stat().st_size, "sha256": file_digest(path), "package": distribution,
         "package_version": metadata.version(distribution) if distribution else None,
+    }
+
+
+def _split_file(spec: ModelSpec) -> dict[str, Any] | None:
+    """A split GGUF file as joined from its installed parts; the packages and versions are the parts', comma-separated."""
+    if missing_parts(spec):
+        return None
+    paths = part_paths(spec)
+    versions = []
+    for part in spec.gguf_parts:
+        try:
+            versions.append(metadata.version(part.distribution))
+        except metadata.PackageNotFoundError:
+            versions.append("?")
+    return {
+        "name": joined_name(spec), "bytes": sum(path.stat().st_size for path in paths), "sha256": join_parts(paths),
+        "package": ", ".join(part.distribution for part in spec.gguf_parts),
+        "package_version": versions[0] if len(set(versions)) == 1 else ", ".join(versions),
     }
 
 

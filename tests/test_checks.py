@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from kvconform.build.geometry import FULL, NO_KV, CacheGeometry, LayerGeometry
+from kvconform.build.geometry import FULL, NO_KV, SLIDING, CacheGeometry, LayerGeometry
 from kvconform.checks import record_checks as checks
 from kvconform.matrix import Tolerance
 from kvconform.probe.decode import GenerateRecord, ProbePlan, ProbeRecord, StepRecord
@@ -68,6 +68,28 @@ def test_growth_passes_and_fails_with_the_step():
     assert not stuck.passed
     assert "after decode step 2, expected 6 (grew by 0 instead of 1)" in stuck.message
     assert stuck.figure == Figure(5, 6, "tokens", "equal")
+
+
+def test_growth_shows_each_layer_kind_stored_across_a_window_and_fails_on_one_that_keeps_too_many():
+    """A window of 6 crossed by a 4-token prompt decoded 4 steps: the sliding layer stops at window-1 = 5."""
+    geometry = CacheGeometry(layers=(LayerGeometry(0, SLIDING, "window 6", 2, 8, 8, 6), LayerGeometry(1, FULL, "full", 2, 8, 8),
+                                     LayerGeometry(2, SLIDING, "window 6", 2, 8, 8, 6)), query_heads=4)
+    plan = replace(PLAN, decode_steps=4)
+
+    def record(sliding: list[int]) -> ProbeRecord:
+        base = _record(deltas=(0,) * 5, lengths=(4, 5, 6, 7, 8))
+        for step, stored in zip(base.steps, sliding, strict=True):
+            shapes = [(2, 2, n, 8) for n in (stored, step.seq_length, stored)]
+            step.layers = [LayerState(i, "DynamicLayer", shape, shape, "float32", 0) for i, shape in enumerate(shapes)]
+        return replace(base, plan=plan)
+
+    ok = checks.growth(record([4, 5, 5, 5, 5]), geometry)
+    assert ok.passed, ok.message
+    assert ok.message.endswith("(2 sliding layers (window 6): 4→5→5→5→5; 1 full layer: 4→5→6→7→8)"), ok.message
+    assert ok.details["stored_lengths"][-1] == [5, 8, 5]
+    kept_all = checks.growth(record([4, 5, 6, 6, 6]), geometry)
+    assert not kept_all.passed
+    assert "layer 0 (window 6) stores 6 positions after decode step 2 (6 tokens seen), expected 5" in kept_all.message
 
 
 def test_shapes_list_no_kv_layers_and_catch_head_expansion():

@@ -23,6 +23,10 @@ KNOWN = ["gpt2", "llama", "llama4", "mamba", "mistral", "mixtral", "qwen2"]
 #: A stand-in for architectures.yaml's exclusions; "retnet" is not installed and must not be reported.
 EXCLUDED = {"mamba": "state-space model: no KV cache", "retnet": "not installed here"}
 
+#: A split GGUF entry's parts and sha256 (``gguf: {parts, sha256}``).
+PARTS = [{"package": "p1", "file": "data/f.part00"}, {"package": "p2", "file": "data/f.part01"}]
+SHA = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
 DEFAULTS: dict[str, Any] = {
     "dtypes": ["float32", "float16"],
     "devices": ["cpu"],
@@ -200,7 +204,22 @@ def test_sweep_errors(entry: dict[str, Any], fragments: list[str]) -> None:
     ([{"id": "a[1]", "synthetic": "llama"}], None, ["'id' must be non-empty without spaces or brackets"]),
     ([{"id": "a", "hub": "org/m", "config": {"x": 1}}], None, ["'config' only applies to synthetic models"]),
     ([{"id": "a", "synthetic": "llama", "revision": "main"}], None, ["'revision' only applies to hub models"]),
-    ([{"id": "a", "gguf": {"file": "x.gguf"}}], None, ["'gguf' needs either 'path' or both 'package' and 'file'"]),
+    ([{"id": "a", "gguf": {"file": "x.gguf"}}], None, ["'gguf' needs either 'path', both 'package' and 'file', or 'parts'"]),
+    # a GGUF file split across packages
+    ([{"id": "a", "gguf": {"parts": [{"package": "p1", "file": "f.part00"}], "sha256": SHA}}], None,
+     ["(id 'a'): gguf: field 'parts' must list at least two {package, file} pieces in order"]),
+    ([{"id": "a", "gguf": {"parts": "p1 p2", "sha256": SHA}}], None, ["gguf: field 'parts' must list at least two"]),
+    ([{"id": "a", "gguf": {"parts": PARTS}}], None, ["gguf: a split file needs 'sha256'", "sha256sum of the whole file"]),
+    ([{"id": "a", "gguf": {"parts": PARTS, "sha256": SHA.upper()}}], None, ["gguf: field 'sha256' must be 64 lowercase hex digits"]),
+    ([{"id": "a", "gguf": {"parts": PARTS, "sha256": SHA, "file": "x.gguf"}}], None, ["gguf: unknown field 'file'"]),
+    ([{"id": "a", "gguf": {"parts": [PARTS[0], {"package": "p2"}], "sha256": SHA}}], None,
+     ["gguf.parts[1]: needs both 'package' (an import name) and 'file'"]),
+    ([{"id": "a", "gguf": {"parts": [PARTS[0], {"package": "p2", "path": "f"}], "sha256": SHA}}], None,
+     ["gguf.parts[1]: unknown field 'path'"]),
+    ([{"id": "a", "gguf": {"parts": [PARTS[0], {"package": "my-part2", "file": "f"}], "sha256": SHA}}], None,
+     ["gguf.parts[1]: 'package' must be an import name", "'my-part2'"]),
+    ([{"id": "a", "gguf": {"parts": [PARTS[0], PARTS[0]], "sha256": SHA}}], None, ["'parts' names the same piece twice"]),
+    ([{"id": "a", "gguf": {"parts": [PARTS[0], "p2/f"], "sha256": SHA}}], None, ["'parts[1]' must be dict"]),
     # shape of the file
     ([], None, ["'models' must be a non-empty list"]),
     (["llama"], None, ["models[0]", "expected a mapping, got str"]),
@@ -211,6 +230,16 @@ def test_invalid_entries_name_file_entry_and_field(
     message = parse_error(models, defaults)
     for fragment in fragments:
         assert fragment in message, message
+
+
+def test_a_split_gguf_entry_keeps_its_parts_in_order_and_its_sha256() -> None:
+    (split, single) = parse([{"id": "split", "gguf": {"parts": PARTS, "sha256": SHA}},
+                             {"id": "single", "gguf": {"package": "pkg", "file": "f.gguf"}}]).models
+    assert (split.source, split.gguf_sha256) == ("gguf", SHA)
+    assert [(p.package, p.file, p.distribution) for p in split.gguf_parts] == [
+        ("p1", "data/f.part00", "p1"), ("p2", "data/f.part01", "p2")]
+    assert split.location == "parts:p1 … p2 (2)"
+    assert (single.location, single.gguf_parts, single.gguf_sha256) == ("package:pkg/f.gguf", (), None)
 
 
 def test_unknown_top_level_key() -> None:

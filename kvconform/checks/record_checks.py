@@ -141,7 +141,23 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
         text, got, want = problem
         return CheckResult("growth", False, measured, limit, text, details, Figure(got, want, "positions", "equal"))
     figure = Figure(trace[-1], expected[-1], "tokens", "equal")
-    return CheckResult("growth", True, measured, limit, f"cache length {measured}; every layer stores what its type keeps", details, figure)
+    details["stored_lengths"] = [[None if s.keys_shape is None else s.keys_shape[-2] for s in step.layers] for step in record.steps]
+    message = f"cache length {measured}; every layer stores what its type keeps ({_stored_summary(record, geometry)})"
+    return CheckResult("growth", True, measured, limit, message, details, figure)
+
+
+def _stored_summary(record: ProbeRecord, geometry: CacheGeometry) -> str:
+    """Positions stored per step by each kind of layer, e.g. ``15 sliding layers (window 512): 508→…→511``."""
+    groups: dict[tuple[str, int | None], list[int]] = {}
+    for layer in geometry.kv_layers:
+        groups.setdefault((layer.kind, layer.window), []).append(layer.index)
+    parts = []
+    for (kind, window), indices in groups.items():
+        first = indices[0]
+        lengths = [step.layers[first].keys_shape for step in record.steps if first < len(step.layers)]
+        stored = "→".join("?" if shape is None else str(shape[-2]) for shape in lengths)
+        parts.append(f"{len(indices)} {kind} layer{'s' * (len(indices) > 1)}{f' (window {window})' if window else ''}: {stored}")
+    return "; ".join(parts) or "no K/V layers"
 
 
 def _recurrent_growth(record: ProbeRecord, limit: str, details: dict[str, Any]) -> CheckResult:
