@@ -302,6 +302,89 @@ def test_remote_code_refusal_fails_every_cell_through_the_plugin(
     assert not evil_folder[1].exists(), "modeling_evil.py ran during the inner pytest run"
 
 
+DYNAMIC_ONLY_CONFIG = '''from transformers import LlamaConfig
+
+
+class DynOnlyConfig(LlamaConfig):
+    model_type = "dyn_only_llama"
+'''
+
+DYNAMIC_ONLY_MODELING = '''import torch
+from transformers import LlamaForCausalLM
+from transformers.models.llama.modeling_llama import LlamaAttention, apply_rotary_pos_emb, repeat_kv
+
+from .configuration_dyn import DynOnlyConfig
+
+
+class DynOnlyAttention(LlamaAttention):
+    """Written for DynamicCache: the causal mask covers past + new tokens, the key length a dynamic cache returns."""
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None, **kwargs):
+        batch, length, _ = hidden_states.shape
+        shape = (batch, length, -1, self.head_dim)
+        query = self.q_proj(hidden_states).view(shape).transpose(1, 2)
+        key = self.k_proj(hidden_states).view(shape).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+        query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
+        past = cache.get_seq_length(self.layer_idx) if cache is not None else 0
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+        key, value = repeat_kv(key, self.num_key_value_groups), repeat_kv(value, self.num_key_value_groups)
+        scores = query @ key.transpose(2, 3) * self.scaling
+        causal = torch.full((length, past + length), float("-inf"), dtype=scores.dtype).triu(past + 1)
+        scores = scores + causal
+        output = (scores.softmax(-1) @ value).transpose(1, 2).reshape(batch, length, -1)
+        return self.o_proj(output), None
+
+
+class DynOnlyForCausalLM(LlamaForCausalLM):
+    config_class = DynOnlyConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        for index, layer in enumerate(self.model.layers):
+            layer.self_attn = DynOnlyAttention(config, index)
+'''
+
+
+def dynamic_only_checkpoint(folder: Path) -> Path:
+    """A tiny llama saved as a third-party remote-code model whose attention only works with DynamicCache."""
+    save_llama(folder, model_type="dyn_only_llama", architectures=["DynOnlyForCausalLM"],
+               auto_map={"AutoConfig": "configuration_dyn.DynOnlyConfig",
+                         "AutoModelForCausalLM": "modeling_dyn.DynOnlyForCausalLM"})
+    (folder / "configuration_dyn.py").write_text(DYNAMIC_ONLY_CONFIG)
+    (folder / "modeling_dyn.py").write_text(DYNAMIC_ONLY_MODELING)
+    return folder
+
+
+def test_a_cache_path_the_remote_code_cannot_run_fails_its_checks_and_names_the_frame(
+    inner: Inner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every dynamic check passes; every static check FAILS (not a setup error) naming StaticCache and the line
+    of the checkpoint's own modeling_dyn.py that raised."""
+    import transformers.dynamic_module_utils as dynamic_modules
+
+    monkeypatch.setattr(dynamic_modules, "HF_MODULES_CACHE", str(tmp_path / "modules"))  # not the user's cache
+    folder = dynamic_only_checkpoint(tmp_path / "dyn-only")
+    workdir = inner.suite("dyn-only")
+    (workdir / "matrix.yaml").write_text((workdir / "matrix.yaml").read_text().replace("caches: [dynamic]\n", "caches: [dynamic, static]\n", 1))
+    run = inner.run(workdir, "--matrix", "matrix.yaml", "--model", str(folder), "--trust-remote-code", "-q")
+    assert run.ret == 1, run.output[-4000:]
+    dynamic, static = "dyn-only[float32-cpu-dynamic]", "dyn-only[float32-cpu-static]"
+    outcomes = run.outcomes()
+    assert {key: value for key, value in outcomes.items() if key[0] == dynamic} == all_pass(dynamic)
+    static_rows = {key: row for key, row in run.rows().items() if key[0] == static}
+    assert static_rows and {row["outcome"] for row in static_rows.values()} == {"fail"}, outcomes
+    line = DYNAMIC_ONLY_MODELING.splitlines().index("        scores = scores + causal") + 1
+    for row in static_rows.values():
+        message = row["message"]
+        assert message.startswith(f"{static}: the static cache path (StaticCache, sdpa attention) raised RuntimeError"), message
+        assert f"at modeling_dyn.py:{line} in forward" in message, message
+        assert "must match the size of tensor" in message and "does not support StaticCache" in message, message
+        assert "could not be built" not in message, message
+    assert re.search(r"\b\d+ failed, \d+ passed", run.out) and " error" not in run.out.splitlines()[-1], run.out[-2000:]
+
+
 def test_hub_remote_code_needs_a_pinned_revision() -> None:
     config = {"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}}
     hub = ModelSpec(id="remote", source="hub", location="some-org/remote-model", settings=SMALL)
