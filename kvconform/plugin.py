@@ -435,10 +435,26 @@ def _has_report(state: KvconformState) -> bool:
     return bool(state.results or state.planned or state.empty_shard)
 
 
+def _nothing_checked(state: KvconformState) -> str | None:
+    """Why a run that planned conformance checks ran none of them (every one skipped), or ``None``."""
+    if not state.planned or state.empty_shard or any(row["outcome"] != "skip" for row in state.results.values()):
+        return None
+    reasons = sorted({row.get("reason", "") for row in state.results.values()})
+    shown = f": {reasons[0]}" + (f" (and {len(reasons) - 1} other reasons, listed in the report)" if len(reasons) > 1 else "")
+    return (f"kvconform: error: no check ran, all {len(state.planned)} planned checks were skipped{shown}; "
+            "a run that checks nothing is not a pass")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = config.stash.get(STATE, None)
-    if state is None or state.is_worker or config.getoption("no_reports") or not _has_report(state):
+    if state is None or state.is_worker:
+        return
+    nothing = _nothing_checked(state)
+    if nothing and session.exitstatus == pytest.ExitCode.OK:
+        state.errors.append(nothing)
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+    if config.getoption("no_reports") or not _has_report(state):
         return
     from kvconform.report import append_github_summary, document_json, write_reports
     from kvconform.report_dir import describe_error, write_fallback

@@ -35,6 +35,8 @@ def outcome(cell: Cell, request: pytest.FixtureRequest) -> CellOutcome:
     if isinstance(result.error, ModelUnavailable):
         if request.config.getoption("require_models"):
             pytest.fail(f"{result.error} (--require-models: a missing model fails its cells)", pytrace=False)
+        if request.config.getoption("kvconform_models"):
+            pytest.fail(f"{result.error} (named by --model: a model that is not available fails its cells)", pytrace=False)
         pytest.skip(str(result.error))
     if result.not_applicable is not None:
         pytest.skip(f"not applicable: {result.not_applicable}")

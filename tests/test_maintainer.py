@@ -31,7 +31,7 @@ from kvconform.matrix import ModelSpec, Settings, Tolerance, parse_matrix
 from kvconform.report import REPORT_FILES, merge_documents, strip_volatile
 from kvconform.runner import CellRunner
 from tests.conftest import save_llama, tiny
-from tests.inner import Inner, Run, SharedRuns
+from tests.inner import DATA, Inner, Run, SharedRuns
 from tests.test_plugin import CHECKS, assert_one_usage_error
 
 SECRET = "hf_secret_123"
@@ -40,6 +40,15 @@ FLOAT32 = Tolerance(atol=1e-5, rtol=1e-4)
 #: Settings of tests/data/main.yaml, for specs built without a matrix file.
 SMALL = Settings(dtypes=("float32",), devices=("cpu",), caches=("dynamic",), batch_size=2, prompt_length=4,
                  decode_steps=3, tolerances={"float32": FLOAT32})
+
+
+#: tests/data/main.yaml's settings with one synthetic model and one matrix entry naming a hub id nobody has.
+HUB_MATRIX = (DATA / "main.yaml").read_text().split("models:")[0] + """models:
+  - id: llama-gqa
+    synthetic: llama
+  - id: some-model
+    hub: some-org/some-model
+"""
 
 
 def smollm2_gguf() -> Path:
@@ -81,16 +90,17 @@ def gguf_run(inner: Inner, shared_runs: SharedRuns) -> Run:
 
 @pytest.fixture
 def offline_run(inner: Inner, shared_runs: SharedRuns) -> Run:
-    """``pytest --model some-org/some-model`` in a real process: offline, empty HF_HOME, a token set."""
+    """A matrix entry ``hub: some-org/some-model`` next to a synthetic llama, in a real process: offline, empty
+    HF_HOME, a token set."""
 
     def make() -> Run:
         workdir = inner.suite("offline-run")
+        (workdir / "matrix.yaml").write_text(HUB_MATRIX)
         hf_home = workdir / "hf-home"
         hf_home.mkdir()
         hub_env = {"HF_HUB_CACHE": None, "HUGGINGFACE_HUB_CACHE": None, "TRANSFORMERS_CACHE": None, "HF_ENDPOINT": None,
                    "HF_HUB_OFFLINE": "1", "HF_HOME": str(hf_home), "HF_TOKEN": SECRET}
-        return inner.process(workdir, "-rs", "--matrix", "matrix.yaml", "--model", "some-org/some-model", "--dtype",
-                             "float32", env=hub_env, timeout=120)
+        return inner.process(workdir, "-rs", "--matrix", "matrix.yaml", "--dtype", "float32", env=hub_env, timeout=120)
 
     return shared_runs.get("offline-run", make)
 
@@ -458,9 +468,10 @@ def test_reports_never_record_the_hf_token(folder_run: Run, offline_run: Run) ->
 
 
 def test_offline_hub_id_is_a_skip_that_says_how_to_fetch_it(offline_run: Run) -> None:
-    assert offline_run.ret == 0, offline_run.output[-4000:]  # skipped, not failed
+    """A matrix entry (not one named by --model, which is a usage error: tests/test_cli_contract.py) skips."""
+    assert offline_run.ret == 0, offline_run.output[-4000:]  # skipped, not failed; the llama's checks ran
     doc = offline_run.doc()
-    assert doc["results"] == []
+    assert {row["model"] for row in doc["results"]} == {"llama-gqa"}
     (group,) = doc["not_run"]  # every check of the one cell, counted under its reason
     assert (group["cells"], group["checks"]) == (1, len(CHECKS))
     reason = group["reason"]
