@@ -437,8 +437,8 @@ def _has_report(state: KvconformState) -> bool:
 
 def _nothing_checked(state: KvconformState) -> str | None:
     """Why a run that planned conformance checks ran none of them (every one skipped), or ``None``."""
-    if not state.planned or state.empty_shard or any(row["outcome"] != "skip" for row in state.results.values()):
-        return None
+    if not state.planned or not state.results or state.empty_shard or any(row["outcome"] != "skip" for row in state.results.values()):
+        return None  # nothing planned, nothing reported yet (--collect-only), or some check ran
     reasons = sorted({row.get("reason", "") for row in state.results.values()})
     shown = f": {reasons[0]}" + (f" (and {len(reasons) - 1} other reasons, listed in the report)" if len(reasons) > 1 else "")
     return (f"kvconform: error: no check ran, all {len(state.planned)} planned checks were skipped{shown}; "
