@@ -129,7 +129,7 @@ BAD_OPTIONS = {
     "device-name": (["--device", "gpu"], "--device: unknown value 'gpu'."),
     "cache": (["--cache", "bogus"], "--cache: unknown value 'bogus'. Available: dynamic, quantized, static"),
     "attn": (["--attn", "flash"], "--attn: unknown value 'flash'. Available: eager, flex_attention, sdpa"),
-    "dtype-without-tolerance": (["--dtype", "float16"], "--dtype float16: model 'llama-gqa' has no parity tolerance"),
+    "dtype-alias": (["--dtype", "fp16"], "--dtype: unknown value 'fp16'. Did you mean: float16? Available: bfloat16, float16, float32"),
     "shard-count": (["--shard", "1/0"], "--shard 1/0: N (the number of shards) must be >= 1, got 0"),
     "shard-index": (["--shard", "3/2"], "--shard 3/2: I (this shard) must be between 1 and N=2, got 3"),
 }
