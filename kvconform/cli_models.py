@@ -12,7 +12,8 @@ from kvconform.build.checkpoint_files import CheckpointFileError, check_safetens
 from kvconform.matrix import Matrix, MatrixError, ModelSpec, Settings
 
 
-def _model_id(argument: str) -> str:
+def model_id(argument: str) -> str:
+    """The id a `--model` argument gets: its folder or file name, lower-case, safe in test ids."""
     name = Path(argument.rstrip("/")).name if not argument.endswith(".gguf") else Path(argument).stem
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-").lower() or "model"
 
@@ -45,7 +46,7 @@ def spec_from_argument(argument: str, defaults: Settings, *, revision: str | Non
     else:
         _check_hub(argument, revision)
     return ModelSpec(
-        id=_model_id(argument), source=source, location=str(path) if source != "hub" else argument,
+        id=model_id(argument), source=source, location=str(path) if source != "hub" else argument,
         settings=defaults, revision=revision, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
         family=_family(argument, path, source, revision),
     )

@@ -160,6 +160,27 @@ def test_device_cuda_without_cuda_is_counted_with_its_reason_and_not_a_pass(inne
     assert doc["results"] == [] and doc["run"]["complete"] and doc["run"]["planned"]  # skipped, not lost
     assert [(group["reason"], group["checks"]) for group in doc["not_run"]] == [
         ("cuda: no CUDA device on this machine (torch.cuda.is_available() is False)", doc["run"]["planned"])]
+    # Not collected as skip items (pytest's progress counts only what runs): deselected, counted in the report.
+    assert re.search(r"\b\d+ deselected\b", run.out) and not re.search(r"\d+ skipped", run.out), run.out[-2000:]
+    assert f"kvconform: {doc['run']['planned']} checks left out: no cuda device here (counted in the report's not_run)" in run.out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so cuda cells run")
+def test_cuda_cells_leave_the_run_but_stay_counted_with_k_and_under_xdist(inner: Inner) -> None:
+    """main.yaml with cpu and cuda cells, narrowed by -k: only the selected cuda checks are counted, the cpu ones run;
+    two xdist workers (which collect, unlike the controller) give the same report."""
+    workdir = inner.suite()
+    runs = [inner.run(workdir, "--matrix", "matrix.yaml", "--device", "cuda", "-k", "llama-gqa and parity", *extra)
+            for extra in ([], ["-n", "2"])]
+    docs = [run.doc() for run in runs]
+    for run, doc in zip(runs, docs, strict=True):
+        assert run.ret == 0, run.output[-4000:]
+        assert {(row["cell_id"], row["outcome"]) for row in doc["results"]} == {
+            ("llama-gqa[float32-cpu-dynamic]", "pass"), ("llama-gqa[float32-cpu-static]", "pass")}
+        assert [(group["reason"], group["checks"], group["cells"]) for group in doc["not_run"]] == [
+            ("cuda: no CUDA device on this machine (torch.cuda.is_available() is False)", 2, 2)]
+        assert doc["run"]["planned"] == 4 and doc["run"]["complete"], doc["run"]
+    assert re.search(r"\b2 passed, \d+ deselected", runs[0].out) and not re.search(r"\d+ skipped", runs[0].out), runs[0].out
 
 
 # ----------------------------------------------------------------------------------------- --shard
