@@ -127,32 +127,10 @@ def report_dir(config: pytest.Config) -> Path:
         from datetime import datetime
 
         from kvconform.report_dir import run_folder
+        from kvconform.run_scope import narrowing, selects_tests
 
-        state.report_folder = run_folder(narrowing(config), _selects_tests(config), datetime.now()) or ""
+        state.report_folder = run_folder(narrowing(config), selects_tests(config), datetime.now()) or ""
     return Path(config.rootpath) / "reports" / state.report_folder
-
-
-def narrowing(config: pytest.Config) -> list[str]:
-    """What makes this run other than the default matrix: ``matrix-X``, ``model-ID``, ``dtype-float32``, ``k-EXPR``…"""
-    from kvconform.cli_models import model_id
-    from kvconform.options import NARROWING
-
-    parts = []
-    matrix = config.getoption("matrix")
-    if matrix and Path(matrix).resolve() != (Path(config.rootpath) / "model_matrix.yaml").resolve():
-        parts.append(f"matrix-{Path(matrix).stem}")
-    parts += [f"model-{model_id(argument)}" for argument in config.getoption("kvconform_models")]
-    for option, (field, _) in NARROWING.items():
-        parts += [f"{option.removeprefix('--')}-{value}" for value in config.getoption(f"kvconform_{field}")]
-    if config.getoption("shard"):
-        parts.append("shard-" + str(config.getoption("shard")).replace("/", "of"))
-    parts += [f"{flag}-{value}" for flag, value in (("k", config.option.keyword), ("m", config.option.markexpr)) if value]
-    return parts
-
-
-def _selects_tests(config: pytest.Config) -> bool:
-    """Whether the command line names test files or test ids rather than folders (``suites``)."""
-    return any("::" in arg or Path(config.invocation_params.dir, arg).is_file() for arg in config.args)
 
 
 def _check_report_dir(config: pytest.Config) -> None:
@@ -566,10 +544,11 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = config.stash.get(STATE, None)
     if state is None or state.is_worker or not (_has_report(state) or state.errors or state.warnings):
         return
+    from kvconform.run_scope import includes_sweep
+
     write = terminalreporter.write_line
     terminalreporter.section("kvconform")
-    narrowed = _selects_tests(config) or any(not part.startswith("matrix-") for part in narrowing(config))
-    if state.matrix.excluded and not narrowed:  # the run includes the sweep
+    if state.matrix.excluded and includes_sweep(config):
         if config.get_verbosity() < 0:
             write(f"{len(state.matrix.excluded)} architectures excluded (not testable here; listed in the report and by --list-models)")
         else:
