@@ -494,10 +494,13 @@ def _has_report(state: KvconformState) -> bool:
 
 def _nothing_checked(state: KvconformState) -> str | None:
     """Why a run that planned conformance checks ran none of them (every one skipped), or ``None``."""
-    if not state.planned or not state.results or state.empty_shard or any(row["outcome"] != "skip" for row in state.results.values()):
-        return None  # nothing planned, nothing reported yet (--collect-only), or some check ran
+    if state.config.option.collectonly or not state.planned or state.empty_shard:
+        return None  # nothing was to run
+    if any(row["outcome"] != "skip" for row in state.results.values()):
+        return None
     reasons = sorted({row.get("reason", "") for row in state.results.values()})
-    shown = f": {reasons[0]}" + (f" (and {len(reasons) - 1} other reasons, listed in the report)" if len(reasons) > 1 else "")
+    shown = (f": {reasons[0]}" if reasons else "") + (
+        f" (and {len(reasons) - 1} other reasons, listed in the report)" if len(reasons) > 1 else "")
     return (f"kvconform: error: no check ran, all {len(state.planned)} planned checks were skipped{shown}; "
             "a run that checks nothing is not a pass")
 

@@ -311,10 +311,12 @@ def test_a_narrowed_run_keeps_the_full_runs_reports_and_the_excluded_list_only_w
     folded = inner.run(inner.path, "--collect-only", "-q", as_typed=True)
     narrowed = inner.run(inner.path, "--collect-only", "-k", "gpt2", as_typed=True)
     (inner.path / "other.yaml").write_text((DATA / "listing.yaml").read_text())
-    inner.run(inner.path, "--collect-only", "--matrix", "other.yaml", "--cache", "static", as_typed=True)
+    other = inner.run(inner.path, "--collect-only", "--matrix", "other.yaml", "--cache", "static", "--device", "cuda",
+                      as_typed=True)
+    assert [run.ret for run in (whole, folded, narrowed, other)] == [0] * 4, other.output[-2000:]  # collecting is no failure
     reports = inner.path / "reports"
     assert sorted(path.relative_to(reports).as_posix() for path in reports.rglob("conformance.json")) == [
-        "conformance.json", "k-gpt2/conformance.json", "matrix-other_cache-static/conformance.json"]
+        "conformance.json", "k-gpt2/conformance.json", "matrix-other_device-cuda_cache-static/conformance.json"]
     assert f"not the default matrix, so this run's reports are in {reports / 'k-gpt2'}" in narrowed.out, narrowed.out[-2000:]
     assert f"report: {reports / 'k-gpt2' / 'conformance.json'}" in narrowed.out
     assert "mamba: listing-test" in whole.out and "not the default matrix" not in whole.out, whole.out[-2000:]
