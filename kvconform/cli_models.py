@@ -12,7 +12,8 @@ from kvconform.build.checkpoint_files import CheckpointFileError, check_safetens
 from kvconform.matrix import Matrix, MatrixError, ModelSpec, Settings
 
 
-def _model_id(argument: str) -> str:
+def model_id(argument: str) -> str:
+    """The id a `--model` argument gets: its folder or file name, lower-case, safe in test ids."""
     name = Path(argument.rstrip("/")).name if not argument.endswith(".gguf") else Path(argument).stem
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-").lower() or "model"
 
@@ -42,11 +43,35 @@ def spec_from_argument(argument: str, defaults: Settings, *, revision: str | Non
         raise MatrixError(f"--revision applies to hub ids only, not to {source} {argument!r}")
     if source != "hub":
         _check_local(argument, path, source)
+    else:
+        _check_hub(argument, revision)
     return ModelSpec(
-        id=_model_id(argument), source=source, location=str(path) if source != "hub" else argument,
+        id=model_id(argument), source=source, location=str(path) if source != "hub" else argument,
         settings=defaults, revision=revision, trust_remote_code=trust_remote_code, allow_pickle=allow_pickle,
         family=_family(argument, path, source, revision),
     )
+
+
+def _hub_config(argument: str, revision: str | None) -> Path | None:
+    """config.json of a hub id from the local hub cache only, or ``None`` when it is not there."""
+    from transformers.utils.hub import cached_file
+
+    try:
+        found = cached_file(argument, "config.json", revision=revision, local_files_only=True)
+    except Exception:  # noqa: BLE001 - hub errors are many; all mean "not cached"
+        return None
+    return Path(found) if found else None
+
+
+def _check_hub(argument: str, revision: str | None) -> None:
+    """Offline, a hub id named on the command line must be in the local hub cache: a run that could only skip it
+    would check nothing."""
+    from kvconform.build.models import hub_offline
+
+    if hub_offline() and _hub_config(argument, revision) is None:
+        how = f"hf download {argument}" + (f" --revision {revision}" if revision else "")
+        raise MatrixError(f"--model {argument}: not a folder here and not in the local hub cache (HF_HUB_OFFLINE=1); "
+                          f"pass ./{argument} for a local folder, or download it on a connected machine with `{how}`")
 
 
 def _family(argument: str, path: Path, source: str, revision: str | None) -> str:
@@ -58,13 +83,8 @@ def _family(argument: str, path: Path, source: str, revision: str | None) -> str
         return CAUSAL_LM
     if source == "checkpoint":
         return family_of_config(read_config(path))
-    from transformers.utils.hub import cached_file
-
-    try:
-        found = cached_file(argument, "config.json", revision=revision, local_files_only=True)
-    except Exception:  # noqa: BLE001 - not cached: loaded as a causal LM, as before
-        return CAUSAL_LM
-    return family_of_config(read_config(Path(found).parent)) if found else CAUSAL_LM
+    found = _hub_config(argument, revision)  # not cached: loaded as a causal LM
+    return family_of_config(read_config(found.parent)) if found else CAUSAL_LM
 
 
 def _check_local(argument: str, path: Path, source: str) -> None:

@@ -15,6 +15,8 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
+from kvconform.names import close_matches
+
 #: What an entry claims. Only ``model bug`` blames the model's code; it needs a repro (tools/repro.py).
 KINDS = ("model bug", "model limitation", "not testable")
 FIELDS = ("reason", "kind", "expect")
@@ -108,8 +110,15 @@ def key_problem(key: str, checks: tuple[str, ...], tags: tuple[str, ...]) -> str
     """What is wrong with an xfail key (an unknown check or tag), or ``None``."""
     name, _, qualifier = key.partition("@")
     if name != "*" and name not in checks:
-        return f"unknown check {name!r} (one of *, {', '.join(checks)})"
+        return f"unknown check {name!r}{_did_you_mean(name, checks)} (one of *, {', '.join(checks)})"
     unknown = [tag for tag in qualifier.split("-") if tag not in tags] if qualifier else []
     if unknown or (qualifier == "" and "@" in key):
-        return f"unknown tag {unknown[0] if unknown else ''!r} after '@' (dtypes, caches or attention implementations: {', '.join(tags)})"
+        tag = unknown[0] if unknown else ""
+        return (f"unknown tag {tag!r} after '@'{_did_you_mean(tag, tags)} "
+                f"(dtypes, caches or attention implementations: {', '.join(tags)})")
     return None
+
+
+def _did_you_mean(name: str, known: tuple[str, ...]) -> str:
+    close = close_matches(name, known) if name else []
+    return f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""

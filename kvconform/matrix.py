@@ -6,7 +6,6 @@ the field, and unknown names come with close matches.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -18,6 +17,7 @@ import yaml
 from kvconform.checks.table import CHECK_ORDER
 from kvconform.families import CAUSAL_LM, FAMILIES, ID_SUFFIX
 from kvconform.known_failures import KnownFailure, key_problem, parse_known_failure
+from kvconform.names import close_matches
 
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda", "mps")
@@ -67,6 +67,15 @@ class Tolerance:
 
     def limit(self, logit_scale: float) -> float:
         return self.atol + self.rtol * logit_scale
+
+
+#: The parity tolerance of every dtype, which a matrix file inherits unless its ``tolerances`` override it (README,
+#: "Tolerances"). A dtype of ``DTYPES`` always has one, so no cell lacks a limit.
+BUILTIN_TOLERANCES: Mapping[str, Tolerance] = {
+    "float32": Tolerance(atol=1e-5, rtol=3e-5),
+    "float16": Tolerance(atol=1e-3, rtol=2e-2),
+    "bfloat16": Tolerance(atol=1e-2, rtol=1e-1),
+}
 
 
 @dataclass(frozen=True)
@@ -155,7 +164,7 @@ class Matrix:
 def unknown_message(prefix: str, name: str, known: Any) -> str:
     """``prefix 'name'. Did you mean: a, b? Available: ...`` for a lookup that failed."""
     known = sorted(known)
-    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    close = close_matches(name, known)
     hint = f" Did you mean: {', '.join(close)}?" if close else ""
     listing = ", ".join(known) if len(known) <= 12 else ", ".join(known[:12]) + f", … ({len(known)} in all)"
     return f"{prefix} {name!r}.{hint} Available: {listing}"
@@ -210,10 +219,17 @@ def parse_matrix(
     if not isinstance(raw, dict):
         raise MatrixError(f"{where}: expected a mapping with 'defaults' and 'models', got {type(raw).__name__}")
     _check_keys(raw, ("version", "defaults", "models"), where)
-    defaults = _parse_settings(raw.get("defaults") or {}, Settings(), f"{where}: defaults")
     entries = raw.get("models")
     if not isinstance(entries, list) or not entries:
         raise MatrixError(f"{where}: 'models' must be a non-empty list of model entries")
+    # Each problem of the defaults and of every entry is reported (one does not hide another).
+    problems: list[str] = []
+    base = Settings(tolerances=BUILTIN_TOLERANCES)
+    try:
+        defaults = _parse_settings(raw.get("defaults") or {}, base, f"{where}: defaults")
+    except MatrixError as exc:
+        problems.append(str(exc))
+        defaults = base
     models: list[ModelSpec] = []
     excluded: dict[str, str] = {}
     unmatched: list[str] = []
@@ -222,25 +238,31 @@ def parse_matrix(
         label = f"{where}: models[{index}]"
         if isinstance(entry, dict) and "id" in entry:
             label += f" (id {entry['id']!r})"
-        if not isinstance(entry, dict):
-            raise MatrixError(f"{label}: expected a mapping, got {type(entry).__name__}")
-        _check_keys(entry, MODEL_KEYS, label)
-        if entry.get("sweep", CAUSAL_LM) != CAUSAL_LM or entry.get("family", CAUSAL_LM) != CAUSAL_LM:
-            family_entry = _family_entry(entry, defaults, label, family_sweeps)
-            models.extend(family_entry[0])
-            excluded.update(family_entry[1])
-            unmatched.extend(family_entry[2])
-            continue
-        if "sweep" in entry or "synthetic" in entry:
-            types = types if types is not None else known_model_types()
-        if "sweep" in entry:
-            swept, left_out = _expand_sweep(entry, defaults, label, types or [], excluded_types)
-            models.extend(swept)
-            excluded.update(left_out)
-            named = {*entry.get("exclude", {}), *entry.get("xfail", {})}
-            unmatched.extend(sorted(named - set(types or [])))
-        else:
-            models.append(_parse_model(entry, defaults, label, types or []))
+        try:
+            if not isinstance(entry, dict):
+                raise MatrixError(f"{label}: expected a mapping, got {type(entry).__name__}")
+            _check_keys(entry, MODEL_KEYS, label)
+            if entry.get("sweep", CAUSAL_LM) != CAUSAL_LM or entry.get("family", CAUSAL_LM) != CAUSAL_LM:
+                family_entry = _family_entry(entry, defaults, label, family_sweeps)
+                models.extend(family_entry[0])
+                excluded.update(family_entry[1])
+                unmatched.extend(family_entry[2])
+                continue
+            if "sweep" in entry or "synthetic" in entry:
+                types = types if types is not None else known_model_types()
+            if "sweep" in entry:
+                swept, left_out = _expand_sweep(entry, defaults, label, types or [], excluded_types)
+                models.extend(swept)
+                excluded.update(left_out)
+                named = {*entry.get("exclude", {}), *entry.get("xfail", {})}
+                unmatched.extend(sorted(named - set(types or [])))
+            else:
+                models.append(_parse_model(entry, defaults, label, types or []))
+        except MatrixError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise MatrixError(problems[0] if len(problems) == 1 else
+                          f"{where}: {len(problems)} problems:\n" + "\n".join(f"  - {problem}" for problem in problems))
     _check_unique_ids(models, where)
     return Matrix(path=path, defaults=defaults, models=tuple(models), excluded=excluded, unmatched=tuple(unmatched))
 
@@ -248,7 +270,7 @@ def parse_matrix(
 def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], label: str) -> None:
     for key in data:
         if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+            close = close_matches(str(key), allowed, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else f" Allowed: {', '.join(allowed)}"
             raise MatrixError(f"{label}: unknown field {key!r}.{hint}")
 
@@ -310,11 +332,7 @@ def _parse_settings(raw: Mapping[str, Any], base: Settings, label: str) -> Setti
             changes[key] = _expect(raw[key], bool, label, key)
     if "tolerances" in raw:
         changes["tolerances"] = _parse_tolerances(raw["tolerances"], base.tolerances, label)
-    settings = replace(base, **changes)
-    missing = [d for d in settings.dtypes if d not in settings.tolerances]
-    if missing:
-        raise MatrixError(f"{label}: no tolerance given for dtype(s) {', '.join(missing)} (add them under 'tolerances')")
-    return settings
+    return replace(base, **changes)
 
 
 def _check_model_type(model_type: Any, label: str, field_name: str, known: list[str]) -> str:

@@ -31,12 +31,6 @@ def check_choices(option: str, values: list[str]) -> tuple[str, ...]:
 def narrow(spec: ModelSpec, option: str, values: tuple[str, ...]) -> ModelSpec:
     """``spec`` limited to ``values`` of one narrowing option (already checked by :func:`check_choices`)."""
     field = NARROWING[option][0]
-    if field == "dtypes":
-        missing = [d for d in values if d not in spec.settings.tolerances]
-        if missing:
-            raise MatrixError(
-                f"--dtype {missing[0]}: model {spec.id!r} has no parity tolerance for {missing[0]} "
-                "(add it under 'tolerances' in the matrix file)")
     narrowed: dict[str, Any] = {field: values}
     return replace(spec, settings=replace(spec.settings, **narrowed))
 

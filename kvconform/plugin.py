@@ -54,6 +54,11 @@ class KvconformState:
         self.errors: list[str] = []
         self.warnings: list[str] = []
         self.incomplete: str | None = None
+        #: Node ids of the selected checks of cells whose device this machine lacks: left out of the run (pytest
+        #: counts them as deselected, so its progress means something), reported as skips with the reason.
+        self.not_collected: set[str] = set()
+        #: The folder under reports/ of a run that is not the default matrix ("" for the default; ``None`` until known).
+        self.report_folder: str | None = None
 
     @property
     def is_worker(self) -> bool:
@@ -114,7 +119,18 @@ def _matrix_or_usage_error(config: pytest.Config) -> Matrix:
 
 
 def report_dir(config: pytest.Config) -> Path:
-    return Path(config.getoption("report_dir") or Path(config.rootpath) / "reports")
+    """``--report-dir``, else ``reports/`` for the default matrix and a folder of its own under it for any other run."""
+    if config.getoption("report_dir"):
+        return Path(config.getoption("report_dir"))
+    state = config.stash[STATE]
+    if state.report_folder is None:
+        from datetime import datetime
+
+        from kvconform.report_dir import run_folder
+        from kvconform.run_scope import narrowing, selects_tests
+
+        state.report_folder = run_folder(narrowing(config), selects_tests(config), datetime.now()) or ""
+    return Path(config.rootpath) / "reports" / state.report_folder
 
 
 def _check_report_dir(config: pytest.Config) -> None:
@@ -197,16 +213,25 @@ def _check_of(item: pytest.Item) -> str:
     return str(mark.args[0]) if mark else str(getattr(item, "originalname", item.name)).removeprefix("test_")
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m: only the checks the run selected are counted
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run each cell's checks together, in matrix order, and apply skip/xfail marks."""
+    """Run each cell's checks together, in matrix order, and apply skip/xfail marks; checks of a device this
+    machine lacks (cuda without CUDA) leave the run, to be reported as skips (``_skip_not_collected``)."""
     state = config.stash[STATE]
+    missing_device = {device: _device_missing(device) for device in {cell.device for cell in state.cells}}
+    absent = [item for item in items if missing_device.get(getattr(_cell_of(item), "device", ""))]
+    if absent:
+        state.not_collected |= {item.nodeid for item in absent}
+        left = set(map(id, absent))
+        items[:] = [item for item in items if id(item) not in left]
+        config.hook.pytest_deselected(items=absent)
     order = {cell.id: index for index, cell in enumerate(state.cells)}
     items.sort(key=lambda item: order.get(cell.id, -1) if (cell := _cell_of(item)) else -1)
     for item in items:
         cell = _cell_of(item)
         if cell is None:
             continue
-        missing = _device_missing(cell.device) or untestable(_check_of(item), cell)
+        missing = untestable(_check_of(item), cell)
         if missing:
             item.add_marker(pytest.mark.skip(reason=missing))
         known = known_failure(cell.spec.xfail, _check_of(item), cell.dtype, cell.cache, cell.attn)
@@ -226,6 +251,38 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     state = session.config.stash.get(STATE, None)
     if state is not None and not state.is_worker:
         _plan(state, [item.nodeid for item in session.items])
+        _skip_not_collected(state, state.not_collected)
+
+
+def _nodeid_cell(state: KvconformState, nodeid: str) -> Cell | None:
+    parsed = _parse_nodeid(nodeid)
+    return state.cells_by_id.get(parsed[1]) if parsed else None
+
+
+def _skip_not_collected(state: KvconformState, nodeids: set[str]) -> None:
+    """The checks left out for a missing device: planned, and a skip row each with the device's reason."""
+    _plan(state, sorted(nodeids))
+    for nodeid in nodeids:
+        parsed = _parse_nodeid(nodeid)
+        if parsed is None or parsed[1] not in state.cells_by_id:
+            continue
+        check, cell_id = parsed
+        cell = state.cells_by_id[cell_id]
+        row = _row(cell, check, nodeid)
+        row["outcome"] = "skip"
+        row["message"] = row["reason"] = _device_missing(cell.device) or ""
+        state.results.setdefault(f"{cell_id}::{check}", row)
+
+
+#: ``workeroutput`` key of a worker's not-collected node ids (every worker collects the same; the controller unions).
+NOT_COLLECTED_KEY = "kvconform_not_collected"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """Under xdist the controller collects nothing: a worker sends the checks it left out at its end."""
+    state = node.config.stash[STATE]
+    _skip_not_collected(state, set(getattr(node, "workeroutput", {}).get(NOT_COLLECTED_KEY, [])))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -449,10 +506,31 @@ def _has_report(state: KvconformState) -> bool:
     return bool(state.results or state.planned or state.empty_shard)
 
 
+def _nothing_checked(state: KvconformState) -> str | None:
+    """Why a run that planned conformance checks ran none of them (every one skipped), or ``None``."""
+    if state.config.option.collectonly or not state.planned or state.empty_shard:
+        return None  # nothing was to run
+    if any(row["outcome"] != "skip" for row in state.results.values()):
+        return None
+    reasons = sorted({row.get("reason", "") for row in state.results.values()})
+    shown = (f": {reasons[0]}" if reasons else "") + (
+        f" (and {len(reasons) - 1} other reasons, listed in the report)" if len(reasons) > 1 else "")
+    return (f"kvconform: error: no check ran, all {len(state.planned)} planned checks were skipped{shown}; "
+            "a run that checks nothing is not a pass")
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = config.stash.get(STATE, None)
-    if state is None or state.is_worker or config.getoption("no_reports") or not _has_report(state):
+    if state is not None and state.is_worker:
+        config.workeroutput[NOT_COLLECTED_KEY] = sorted(state.not_collected)  # type: ignore[attr-defined]
+    if state is None or state.is_worker:
+        return
+    nothing = _nothing_checked(state)
+    if nothing and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        state.errors.append(nothing)
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
+    if config.getoption("no_reports") or not _has_report(state):
         return
     from kvconform.report import append_github_summary, document_json, write_reports
     from kvconform.report_dir import describe_error, write_fallback
@@ -483,18 +561,30 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     state = config.stash.get(STATE, None)
     if state is None or state.is_worker or not (_has_report(state) or state.errors or state.warnings):
         return
+    from kvconform.run_scope import includes_sweep
+
     write = terminalreporter.write_line
     terminalreporter.section("kvconform")
-    if state.matrix.excluded:
-        write(f"{len(state.matrix.excluded)} architectures excluded (not testable here):")
-        for model_type, reason in sorted(state.matrix.excluded.items()):
-            write(f"  {model_type}: {reason}")
+    if state.matrix.excluded and includes_sweep(config):
+        if config.get_verbosity() < 0:
+            write(f"{len(state.matrix.excluded)} architectures excluded (not testable here; listed in the report and by --list-models)")
+        else:
+            write(f"{len(state.matrix.excluded)} architectures excluded (not testable here):")
+            for model_type, reason in sorted(state.matrix.excluded.items()):
+                write(f"  {model_type}: {reason}")
     if state.matrix.unmatched:
         write("sweep exclude/xfail entries naming no model_type of this transformers release: " + ", ".join(state.matrix.unmatched))
+    if state.not_collected:
+        devices = sorted({cell.device for nodeid in state.not_collected if (cell := _nodeid_cell(state, nodeid))})
+        write(f"kvconform: {len(state.not_collected)} checks left out: no {', '.join(devices)} device here "
+              "(counted in the report's not_run)")
     if state.empty_shard:
         write(f"shard {config.getoption('shard')} holds no models of the matrix: nothing ran (the report says so)")
     if state.incomplete:
         write(f"kvconform: {state.incomplete}", yellow=True, bold=True)
+    if state.written and state.report_folder:
+        write(f"kvconform: not the default matrix, so this run's reports are in {report_dir(config)} "
+              "(reports/ itself keeps the full run's; --report-dir DIR chooses)", bold=True)
     for path in state.written:
         write(f"report: {path}")
     for line in state.warnings:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
+from datetime import datetime
 from pathlib import Path
+
+#: Longest folder name a narrowed run gets under reports/ (the rest of what it ran is in its report).
+MAX_NAME = 80
 
 
 def report_dir_problem(path: Path) -> str | None:
@@ -37,6 +42,17 @@ def report_dir_problem(path: Path) -> str | None:
             except OSError:
                 pass
     return None
+
+
+def run_folder(parts: list[str], selected_tests: bool, now: datetime) -> str | None:
+    """The folder under ``reports/`` of a run that is not the default matrix, named from what it ran (``parts``
+    such as ``model-tiny-llama``, ``k-llama``, ``cache-static``), timestamped when it ran chosen test ids;
+    ``None`` for the default matrix, whose reports stay in ``reports/`` itself."""
+    if not parts and not selected_tests:
+        return None
+    named = "_".join(re.sub(r"[^A-Za-z0-9.+=-]+", "-", part).strip("-") for part in parts)[:MAX_NAME].strip("-_")
+    stamp = now.strftime("%Y%m%d-%H%M%S") if selected_tests or not named else ""
+    return "_".join(filter(None, [named, stamp]))
 
 
 def write_fallback(text: str) -> Path:

@@ -12,6 +12,7 @@ from kvconform.build.models import load_master, model_in_dtype
 from kvconform.build.support import attention_model, cell_support
 from kvconform.cells import Cell, check_applies, untestable
 from kvconform.families import CAUSAL_LM
+from kvconform.path_failure import model_frame, path_failure_message
 from kvconform.probe.decode import ProbePlan, ProbeRecord, run_probe
 
 
@@ -30,6 +31,9 @@ class CellOutcome:
     """Why the model cannot run this cell's cache or attention (decided by transformers' own rules)."""
     family: Any = None
     """A family cell's ``FamilyProbe`` (cross-attention half, text-only record); ``None`` for causal LMs."""
+    path_failure: str | None = None
+    """Set when the model loaded and was cast but raised while running this cell's cache path: the failure of
+    that path's checks (naming the cache and the frame in the model's own file), not of the model's build."""
 
 
 @dataclass
@@ -103,6 +107,9 @@ class CellRunner:
             if reason is not None:
                 return CellOutcome(load_s=self._load_s, model_type=model_type, not_applicable=reason)
             model = self._model_for(master, cell)
+        except Exception as exc:  # noqa: BLE001 - the model cannot be prepared for this cell: fails its setup
+            return CellOutcome(error=exc, load_s=self._load_s, model_type=model_type)
+        try:
             if self.on_model is not None:
                 self.on_model(model)
             if cell.spec.family != CAUSAL_LM:
@@ -113,8 +120,9 @@ class CellRunner:
             record = run_probe(model, plan)
             record.extras.update(run_extras(model, plan, cell, master, record.timings))
             return CellOutcome(record, None, cache_geometry(master.config), explain(master.config), self._load_s, model_type)
-        except Exception as exc:  # noqa: BLE001 - a crash inside a model fails its cell, not the run
-            return CellOutcome(error=exc, load_s=self._load_s, model_type=model_type)
+        except Exception as exc:  # noqa: BLE001 - a crash inside a model fails its cell's checks, not the run
+            failure = path_failure_message(cell.id, cell.cache, cell.attn, exc, model_frame(exc, model))
+            return CellOutcome(error=exc, load_s=self._load_s, model_type=model_type, path_failure=failure)
 
 
 def _already_placed(master: Any, cell: Cell) -> bool:

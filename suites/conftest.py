@@ -35,18 +35,32 @@ def outcome(cell: Cell, request: pytest.FixtureRequest) -> CellOutcome:
     if isinstance(result.error, ModelUnavailable):
         if request.config.getoption("require_models"):
             pytest.fail(f"{result.error} (--require-models: a missing model fails its cells)", pytrace=False)
+        if request.config.getoption("kvconform_models"):
+            pytest.fail(f"{result.error} (named by --model: a model that is not available fails its cells)", pytrace=False)
         pytest.skip(str(result.error))
     if result.not_applicable is not None:
         pytest.skip(f"not applicable: {result.not_applicable}")
+    if result.path_failure is not None:
+        return result  # the model ran up to this cell's path: its checks fail in the call (pytest_pyfunc_call)
     if result.error is not None:
         kind = "refused" if isinstance(result.error, ModelRefused) else f"{type(result.error).__name__}"
         _fail(cell, _check_name(request), f"{cell.id}: model could not be built, loaded or run ({kind}): {_summary(result.error)}")
     return result
 
 
-def _check_name(request: pytest.FixtureRequest) -> str:
-    mark = request.node.get_closest_marker("kvconform_check")
-    return mark.args[0] if mark else request.node.originalname.removeprefix("test_")
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A cell whose cache path raised fails each of its checks (a FAIL, not a setup error) with the path's message."""
+    result = pyfuncitem.funcargs.get("outcome")
+    if isinstance(result, CellOutcome) and result.path_failure is not None:
+        _fail(pyfuncitem.funcargs["cell"], _check_name(pyfuncitem), result.path_failure)
+    return None
+
+
+def _check_name(request: pytest.FixtureRequest | pytest.Function) -> str:
+    node = request if isinstance(request, pytest.Function) else request.node
+    mark = node.get_closest_marker("kvconform_check")
+    return mark.args[0] if mark else node.originalname.removeprefix("test_")
 
 
 def _fail(cell: Cell, check: str, message: str) -> NoReturn:

@@ -118,13 +118,14 @@ class Inner:
         self.pytester.makefile(".ini", **{f"{name}/pytest": "[pytest]"})
         return self.path / name
 
-    def run(self, workdir: Path, *args: str, env: Mapping[str, str | None] | None = None) -> Run:
-        """``pytest -p kvconform.plugin ARGS`` in-process with ``workdir`` as cwd (a Ctrl-C inside is the result)."""
+    def run(self, workdir: Path, *args: str, env: Mapping[str, str | None] | None = None, as_typed: bool = False) -> Run:
+        """``pytest -p kvconform.plugin ARGS`` in-process with ``workdir`` as cwd (a Ctrl-C inside is the result);
+        ``as_typed``: without ``--device cpu`` and ``--report-dir``, as a user types the command."""
+        fixed = PLUGIN_ARGS[:4] if as_typed else (*PLUGIN_ARGS, "--report-dir", str(workdir / "reports"))
         with inside(workdir, env) as patch:
             for name in SUITE_MODULES:
                 patch.delitem(sys.modules, name, raising=False)
-            result = self.pytester.runpytest_inprocess(*PLUGIN_ARGS, *IN_PROCESS_ARGS, "--report-dir",
-                                                       str(workdir / "reports"), *args, no_reraise_ctrlc=True)
+            result = self.pytester.runpytest_inprocess(*fixed, *IN_PROCESS_ARGS, *args, no_reraise_ctrlc=True)
         return Run(workdir, result)
 
     def process(self, workdir: Path, *args: str, env: Mapping[str, str | None] | None = None, timeout: float = 300) -> Run:

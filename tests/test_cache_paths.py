@@ -173,3 +173,35 @@ def test_flex_attention_cells_run_on_cpu(runner):
     results = run_checks(runner, LLAMA, "float32", "dynamic", "flex_attention")
     assert {"parity", "growth", "crop", "generate", "attn_agreement"} <= results.keys()
     assert _failed(results) == {}
+
+
+def test_attn_agreement_never_compares_an_attention_with_itself(tmp_path) -> None:
+    """gemma2 has no sdpa: a gemma2 checkpoint's eager cells are its default path (no agreement cell is planned),
+    and where the loaded model runs the cell's attention already, the agreement records why it compared nothing.
+    A llama checkpoint (sdpa by default) keeps its eager-vs-sdpa agreement."""
+    from kvconform.build.support import model_attention
+    from kvconform.cells import check_applies, expand_cells
+    from kvconform.checks import path_checks
+    from kvconform.cli_models import spec_from_argument
+    from kvconform.matrix import Matrix
+    from kvconform.probe.attention import run_agreement
+    from kvconform.probe.decode import ProbePlan
+    from tests.conftest import tiny
+
+    planned = {}
+    for model_type in ("gemma2", "llama"):
+        tiny(model_type).save_pretrained(tmp_path / model_type, safe_serialization=True)
+        spec = spec_from_argument(str(tmp_path / model_type), LLAMA.settings)
+        cells = expand_cells(Matrix(path=tmp_path / "m.yaml", defaults=LLAMA.settings, models=(spec,), excluded={}), model_attention)
+        planned[model_type] = sorted({(c.attn, c.model_attn) for c in cells if check_applies("attn_agreement", c)})
+    assert planned == {"gemma2": [], "llama": [("eager", "sdpa")]}
+
+    plan = ProbePlan(batch_size=2, prompt_length=4, decode_steps=2, seed=0)
+    gemma2 = tiny("gemma2")
+    same = run_agreement(gemma2, gemma2, plan)
+    assert same.implementations == ("eager", "eager") and same.not_applicable, same
+    assert "default attention is eager itself" in same.not_applicable
+    assert path_checks.attention_agreement(same, TOLERANCES["float32"]).measured == "not run"
+    llama = tiny("llama")
+    other = run_agreement(llama.__class__.from_pretrained(tmp_path / "llama", attn_implementation="eager"), llama, plan)
+    assert other.implementations == ("eager", "sdpa") and other.not_applicable is None and other.position_max_abs_delta

@@ -24,7 +24,7 @@ from kvconform.build.models import ModelRefused, check_weight_safety, load_maste
 from kvconform.matrix import ModelSpec
 from kvconform.report import REPORT_FILES, load_document
 from tests.inner import DATA, Inner, Run, SharedRuns
-from tests.test_maintainer import SMALL
+from tests.test_maintainer import HUB_MATRIX, SMALL
 from tests.test_plugin import CHECKS, INTERRUPT_TEST, assert_one_usage_error
 from tests.test_report import make_doc
 
@@ -80,17 +80,24 @@ def test_local_model_that_holds_no_model_is_a_usage_error(case: str, tmp_path: P
 
 
 def test_hub_id_missing_offline_fails_with_require_models(inner: Inner) -> None:
-    """Without the flag it is a skip (tests/test_maintainer.py); with it every cell errors and the run exits 1."""
+    """A matrix entry missing offline is a skip (tests/test_maintainer.py); with the flag its cells error, exit 1."""
     workdir = inner.suite()
-    (workdir / "hf-home").mkdir()
-    run = inner.process(workdir, "--matrix", "matrix.yaml", "--model", "some-org/some-model", "--dtype", "float32",
-                      "--require-models", env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(workdir / "hf-home")})
+    (workdir / "matrix.yaml").write_text(HUB_MATRIX)
+    run = inner.run(workdir, "--matrix", "matrix.yaml", "--require-models", env={"HF_HUB_OFFLINE": "1"})
     assert run.ret == 1, run.output[-4000:]
     cell = "some-model[float32-cpu-dynamic]"
-    assert run.outcomes() == {(cell, check): "error" for check in CHECKS}
+    assert {key: value for key, value in run.outcomes().items() if key[0] == cell} == {(cell, check): "error" for check in CHECKS}
     message = run.rows()[(cell, "parity")]["message"]
     assert "offline (HF_HUB_OFFLINE=1) and not in the local cache" in message, message
     assert message.endswith("(--require-models: a missing model fails its cells)"), message
+
+
+@pytest.mark.parametrize("argument", ["tmp/ckpt", "some-org/some-model"])
+def test_model_argument_not_here_offline_is_a_usage_error(argument: str, inner: Inner) -> None:
+    """A relative path without ./ that does not exist is read as a hub id: offline and not cached, nothing could run."""
+    run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "--model", argument, env={"HF_HUB_OFFLINE": "1"})
+    assert_one_usage_error(run, [f"--model {argument}: not a folder here and not in the local hub cache",
+                                 f"pass ./{argument} for a local folder", f"`hf download {argument}`"])
 
 
 def test_broken_checkpoint_files_in_the_matrix_are_named_at_load_time(tmp_path: Path, llama_folder: Path) -> None:
@@ -122,7 +129,7 @@ BAD_OPTIONS = {
     "device-name": (["--device", "gpu"], "--device: unknown value 'gpu'."),
     "cache": (["--cache", "bogus"], "--cache: unknown value 'bogus'. Available: dynamic, quantized, static"),
     "attn": (["--attn", "flash"], "--attn: unknown value 'flash'. Available: eager, flex_attention, sdpa"),
-    "dtype-without-tolerance": (["--dtype", "float16"], "--dtype float16: model 'llama-gqa' has no parity tolerance"),
+    "dtype-alias": (["--dtype", "fp16"], "--dtype: unknown value 'fp16'. Did you mean: float16? Available: bfloat16, float16, float32"),
     "shard-count": (["--shard", "1/0"], "--shard 1/0: N (the number of shards) must be >= 1, got 0"),
     "shard-index": (["--shard", "3/2"], "--shard 3/2: I (this shard) must be between 1 and N=2, got 3"),
 }
@@ -145,13 +152,35 @@ def test_usage_errors_from_a_real_process(args: list[str], fragment: str, inner:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so cuda cells run")
-def test_device_cuda_without_cuda_stays_a_skip_with_its_reason(inner: Inner) -> None:
+def test_device_cuda_without_cuda_is_counted_with_its_reason_and_not_a_pass(inner: Inner) -> None:
     run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "--device", "cuda", "-k", "cuda", "-q")
-    assert run.ret == 0, run.output[-4000:]
+    assert run.ret == pytest.ExitCode.NO_TESTS_COLLECTED, run.output[-4000:]  # no check ran: not a pass
+    assert "kvconform: error: no check ran, all " in run.out and "a run that checks nothing is not a pass" in run.out, run.out
     doc = run.doc()
     assert doc["results"] == [] and doc["run"]["complete"] and doc["run"]["planned"]  # skipped, not lost
     assert [(group["reason"], group["checks"]) for group in doc["not_run"]] == [
         ("cuda: no CUDA device on this machine (torch.cuda.is_available() is False)", doc["run"]["planned"])]
+    # Not collected as skip items (pytest's progress counts only what runs): deselected, counted in the report.
+    assert re.search(r"\b\d+ deselected\b", run.out) and not re.search(r"\d+ skipped", run.out), run.out[-2000:]
+    assert f"kvconform: {doc['run']['planned']} checks left out: no cuda device here (counted in the report's not_run)" in run.out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA, so cuda cells run")
+def test_cuda_cells_leave_the_run_but_stay_counted_with_k_and_under_xdist(inner: Inner) -> None:
+    """main.yaml with cpu and cuda cells, narrowed by -k: only the selected cuda checks are counted, the cpu ones run;
+    two xdist workers (which collect, unlike the controller) give the same report."""
+    workdir = inner.suite()
+    runs = [inner.run(workdir, "--matrix", "matrix.yaml", "--device", "cuda", "-k", "llama-gqa and parity", *extra)
+            for extra in ([], ["-n", "2"])]
+    docs = [run.doc() for run in runs]
+    for run, doc in zip(runs, docs, strict=True):
+        assert run.ret == 0, run.output[-4000:]
+        assert {(row["cell_id"], row["outcome"]) for row in doc["results"]} == {
+            ("llama-gqa[float32-cpu-dynamic]", "pass"), ("llama-gqa[float32-cpu-static]", "pass")}
+        assert [(group["reason"], group["checks"], group["cells"]) for group in doc["not_run"]] == [
+            ("cuda: no CUDA device on this machine (torch.cuda.is_available() is False)", 2, 2)]
+        assert doc["run"]["planned"] == 4 and doc["run"]["complete"], doc["run"]
+    assert re.search(r"\b2 passed, \d+ deselected", runs[0].out) and not re.search(r"\d+ skipped", runs[0].out), runs[0].out
 
 
 # ----------------------------------------------------------------------------------------- --shard

@@ -31,7 +31,7 @@ from kvconform.matrix import ModelSpec, Settings, Tolerance, parse_matrix
 from kvconform.report import REPORT_FILES, merge_documents, strip_volatile
 from kvconform.runner import CellRunner
 from tests.conftest import save_llama, tiny
-from tests.inner import Inner, Run, SharedRuns
+from tests.inner import DATA, Inner, Run, SharedRuns
 from tests.test_plugin import CHECKS, assert_one_usage_error
 
 SECRET = "hf_secret_123"
@@ -40,6 +40,15 @@ FLOAT32 = Tolerance(atol=1e-5, rtol=1e-4)
 #: Settings of tests/data/main.yaml, for specs built without a matrix file.
 SMALL = Settings(dtypes=("float32",), devices=("cpu",), caches=("dynamic",), batch_size=2, prompt_length=4,
                  decode_steps=3, tolerances={"float32": FLOAT32})
+
+
+#: tests/data/main.yaml's settings with one synthetic model and one matrix entry naming a hub id nobody has.
+HUB_MATRIX = (DATA / "main.yaml").read_text().split("models:")[0] + """models:
+  - id: llama-gqa
+    synthetic: llama
+  - id: some-model
+    hub: some-org/some-model
+"""
 
 
 def smollm2_gguf() -> Path:
@@ -81,16 +90,17 @@ def gguf_run(inner: Inner, shared_runs: SharedRuns) -> Run:
 
 @pytest.fixture
 def offline_run(inner: Inner, shared_runs: SharedRuns) -> Run:
-    """``pytest --model some-org/some-model`` in a real process: offline, empty HF_HOME, a token set."""
+    """A matrix entry ``hub: some-org/some-model`` next to a synthetic llama, in a real process: offline, empty
+    HF_HOME, a token set."""
 
     def make() -> Run:
         workdir = inner.suite("offline-run")
+        (workdir / "matrix.yaml").write_text(HUB_MATRIX)
         hf_home = workdir / "hf-home"
         hf_home.mkdir()
         hub_env = {"HF_HUB_CACHE": None, "HUGGINGFACE_HUB_CACHE": None, "TRANSFORMERS_CACHE": None, "HF_ENDPOINT": None,
                    "HF_HUB_OFFLINE": "1", "HF_HOME": str(hf_home), "HF_TOKEN": SECRET}
-        return inner.process(workdir, "-rs", "--matrix", "matrix.yaml", "--model", "some-org/some-model", "--dtype",
-                             "float32", env=hub_env, timeout=120)
+        return inner.process(workdir, "-rs", "--matrix", "matrix.yaml", "--dtype", "float32", env=hub_env, timeout=120)
 
     return shared_runs.get("offline-run", make)
 
@@ -302,6 +312,86 @@ def test_remote_code_refusal_fails_every_cell_through_the_plugin(
     assert not evil_folder[1].exists(), "modeling_evil.py ran during the inner pytest run"
 
 
+DYNAMIC_ONLY_CONFIG = '''from transformers import LlamaConfig
+
+
+class DynOnlyConfig(LlamaConfig):
+    model_type = "dyn_only_llama"
+'''
+
+DYNAMIC_ONLY_MODELING = '''import torch
+from transformers import LlamaForCausalLM
+from transformers.models.llama.modeling_llama import LlamaAttention, apply_rotary_pos_emb, repeat_kv
+
+from .configuration_dyn import DynOnlyConfig
+
+
+class DynOnlyAttention(LlamaAttention):
+    """Written for DynamicCache: the causal mask covers past + new tokens, the key length a dynamic cache returns."""
+
+    def forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None, **kwargs):
+        batch, length, _ = hidden_states.shape
+        shape = (batch, length, -1, self.head_dim)
+        query = self.q_proj(hidden_states).view(shape).transpose(1, 2)
+        key = self.k_proj(hidden_states).view(shape).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(shape).transpose(1, 2)
+        query, key = apply_rotary_pos_emb(query, key, *position_embeddings)
+        past = cache.get_seq_length(self.layer_idx) if cache is not None else 0
+        if cache is not None:
+            key, value = cache.update(key, value, self.layer_idx)
+        key, value = repeat_kv(key, self.num_key_value_groups), repeat_kv(value, self.num_key_value_groups)
+        scores = query @ key.transpose(2, 3) * self.scaling
+        causal = torch.full((length, past + length), float("-inf"), dtype=scores.dtype).triu(past + 1)
+        scores = scores + causal
+        output = (scores.softmax(-1) @ value).transpose(1, 2).reshape(batch, length, -1)
+        return self.o_proj(output), None
+
+
+class DynOnlyForCausalLM(LlamaForCausalLM):
+    config_class = DynOnlyConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        for index, layer in enumerate(self.model.layers):
+            layer.self_attn = DynOnlyAttention(config, index)
+'''
+
+
+def dynamic_only_checkpoint(folder: Path) -> Path:
+    """A tiny llama saved as a third-party remote-code model whose attention only works with DynamicCache."""
+    save_llama(folder, model_type="dyn_only_llama", architectures=["DynOnlyForCausalLM"],
+               auto_map={"AutoConfig": "configuration_dyn.DynOnlyConfig",
+                         "AutoModelForCausalLM": "modeling_dyn.DynOnlyForCausalLM"})
+    (folder / "configuration_dyn.py").write_text(DYNAMIC_ONLY_CONFIG)
+    (folder / "modeling_dyn.py").write_text(DYNAMIC_ONLY_MODELING)
+    return folder
+
+
+def test_a_cache_path_the_remote_code_cannot_run_fails_its_checks_and_names_the_frame(inner: Inner, tmp_path: Path) -> None:
+    """Every dynamic check passes; every static check FAILS (not a setup error) naming StaticCache and the line
+    of the checkpoint's own modeling_dyn.py that raised."""
+    # transformers copies the code into its modules cache (HF_MODULES_CACHE, read when transformers is imported), as
+    # for any remote-code checkpoint; the package it imports from there is shared by the whole session.
+    folder = dynamic_only_checkpoint(tmp_path / "dyn-only")
+    workdir = inner.suite("dyn-only")
+    (workdir / "matrix.yaml").write_text((workdir / "matrix.yaml").read_text().replace("caches: [dynamic]\n", "caches: [dynamic, static]\n", 1))
+    run = inner.run(workdir, "--matrix", "matrix.yaml", "--model", str(folder), "--trust-remote-code", "-q")
+    assert run.ret == 1, run.output[-4000:]
+    dynamic, static = "dyn-only[float32-cpu-dynamic]", "dyn-only[float32-cpu-static]"
+    outcomes = run.outcomes()
+    assert {key: value for key, value in outcomes.items() if key[0] == dynamic} == all_pass(dynamic)
+    static_rows = {key: row for key, row in run.rows().items() if key[0] == static}
+    assert static_rows and {row["outcome"] for row in static_rows.values()} == {"fail"}, outcomes
+    line = DYNAMIC_ONLY_MODELING.splitlines().index("        scores = scores + causal") + 1
+    for row in static_rows.values():
+        message = row["message"]
+        assert message.startswith(f"{static}: the static cache path (StaticCache, sdpa attention) raised RuntimeError"), message
+        assert f"at modeling_dyn.py:{line} in forward" in message, message
+        assert "must match the size of tensor" in message and "does not support StaticCache" in message, message
+        assert "could not be built" not in message, message
+    assert re.search(r"\b\d+ failed, \d+ passed", run.out) and " error" not in run.out.splitlines()[-1], run.out[-2000:]
+
+
 def test_hub_remote_code_needs_a_pinned_revision() -> None:
     config = {"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "modeling_x.XForCausalLM"}}
     hub = ModelSpec(id="remote", source="hub", location="some-org/remote-model", settings=SMALL)
@@ -375,9 +465,10 @@ def test_reports_never_record_the_hf_token(folder_run: Run, offline_run: Run) ->
 
 
 def test_offline_hub_id_is_a_skip_that_says_how_to_fetch_it(offline_run: Run) -> None:
-    assert offline_run.ret == 0, offline_run.output[-4000:]  # skipped, not failed
+    """A matrix entry (not one named by --model, which is a usage error: tests/test_cli_contract.py) skips."""
+    assert offline_run.ret == 0, offline_run.output[-4000:]  # skipped, not failed; the llama's checks ran
     doc = offline_run.doc()
-    assert doc["results"] == []
+    assert {row["model"] for row in doc["results"]} == {"llama-gqa"}
     (group,) = doc["not_run"]  # every check of the one cell, counted under its reason
     assert (group["cells"], group["checks"]) == (1, len(CHECKS))
     reason = group["reason"]

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from kvconform.known_failures import KnownFailure
-from kvconform.matrix import Matrix, MatrixError, Settings, Tolerance, load_matrix, parse_matrix
+from kvconform.matrix import BUILTIN_TOLERANCES, DTYPES, Matrix, MatrixError, Settings, Tolerance, load_matrix, parse_matrix
+from tests.conftest import TOLERANCES
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -63,7 +64,7 @@ def test_defaults_apply_to_every_model() -> None:
     assert matrix.defaults == Settings(
         dtypes=("float32", "float16"), devices=("cpu",), caches=("dynamic",), batch_size=2, prompt_length=6,
         decode_steps=8, seed=0,
-        tolerances={"float32": Tolerance(1e-5, 1e-4), "float16": Tolerance(1e-3, 4e-2)},
+        tolerances={"float32": Tolerance(1e-5, 1e-4), "float16": Tolerance(1e-3, 4e-2), "bfloat16": TOLERANCES["bfloat16"]},
     )
     a, b = matrix.models
     assert (a.source, a.location, a.model_type, a.revision) == ("synthetic", "llama", "llama", None)
@@ -101,19 +102,50 @@ def test_tolerances_merge_per_dtype_and_per_field() -> None:
     ])
     loose, bf16 = matrix.models
     # Only the field given changes; the other field and the other dtypes keep the defaults.
-    assert loose.settings.tolerances == {"float32": Tolerance(1e-5, 1e-3), "float16": Tolerance(1e-3, 4e-2)}
+    assert loose.settings.tolerances == {"float32": Tolerance(1e-5, 1e-3), "float16": Tolerance(1e-3, 4e-2),
+                                         "bfloat16": TOLERANCES["bfloat16"]}
     assert bf16.settings.tolerances == {
         "float32": Tolerance(1e-5, 1e-4), "float16": Tolerance(1e-3, 4e-2), "bfloat16": Tolerance(1.0, 0.0),
     }
     assert isinstance(bf16.settings.tolerances["bfloat16"].atol, float)
     # Entries never change the defaults they were merged into.
-    assert matrix.defaults.tolerances == {"float32": Tolerance(1e-5, 1e-4), "float16": Tolerance(1e-3, 4e-2)}
+    assert matrix.defaults.tolerances == {"float32": Tolerance(1e-5, 1e-4), "float16": Tolerance(1e-3, 4e-2),
+                                          "bfloat16": TOLERANCES["bfloat16"]}
     assert Tolerance(1e-5, 1e-3).limit(10.0) == pytest.approx(1e-5 + 1e-2)
 
 
-def test_a_dtype_without_a_tolerance_is_an_error() -> None:
-    message = parse_error([{"id": "a", "synthetic": "llama", "dtypes": ["float32", "bfloat16"]}])
-    assert "models[0] (id 'a')" in message and "bfloat16" in message and "tolerances" in message
+def test_a_matrix_without_tolerances_inherits_the_built_in_ones() -> None:
+    """A file of one's own needs no ``tolerances``; one field it gives overrides that field only."""
+    matrix = parse([{"id": "a", "synthetic": "llama", "dtypes": ["float32", "bfloat16"]},
+                    {"id": "b", "synthetic": "llama", "tolerances": {"bfloat16": {"rtol": 0.2}}}],
+                   {key: value for key, value in DEFAULTS.items() if key != "tolerances"})
+    assert dict(matrix.defaults.tolerances) == TOLERANCES == dict(BUILTIN_TOLERANCES)
+    assert set(BUILTIN_TOLERANCES) == set(DTYPES)  # no dtype a cell can run lacks a limit
+    assert matrix.models[0].settings.tolerances["bfloat16"] == TOLERANCES["bfloat16"]
+    assert matrix.models[1].settings.tolerances["bfloat16"] == Tolerance(TOLERANCES["bfloat16"].atol, 0.2)
+
+
+def test_every_problem_of_a_file_is_reported_not_only_the_first() -> None:
+    """A tolerance error does not hide a typo in another entry (or in the defaults)."""
+    with pytest.raises(MatrixError) as info:
+        parse([{"id": "a", "synthetic": "llama", "tolerances": {"float32": {"atoll": 1.0}}},
+               {"id": "b", "synthetic": "lama"},
+               {"id": "c", "synthetic": "llama"}],
+              {**DEFAULTS, "decode_step": 4})
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"{PATH}: 3 problems:", lines
+    assert [line.split(": ")[1] for line in lines[1:]] == ["defaults", "models[0] (id 'a')", "models[1] (id 'b')"], lines
+    assert "Did you mean 'decode_steps'?" in lines[1] and "Did you mean 'atol'?" in lines[2] and "Did you mean: llama" in lines[3]
+
+
+@pytest.mark.parametrize(("value", "field", "meant"), [
+    ("fp16", "dtypes", "float16"), ("bf16", "dtypes", "bfloat16"), ("FP32", "dtypes", "float32"),
+    ("Float16", "dtypes", "float16"), ("gpu", "devices", "cuda"), ("Static", "caches", "static"),
+    ("fp8", "caches", "quantized"), ("flex", "attentions", "flex_attention"), ("spda", "attentions", "sdpa"),
+])
+def test_every_enum_value_gets_a_did_you_mean(value: str, field: str, meant: str) -> None:
+    message = parse_error([{"id": "a", "synthetic": "llama", field: [value]}])
+    assert f"unknown value {value!r}. Did you mean: {meant}" in message, message
 
 
 # ----------------------------------------------------------------------------------------- sweep
@@ -293,7 +325,6 @@ def test_load_matrix_reads_the_test_matrix() -> None:
 def test_the_default_matrix_is_valid_and_matches_the_self_test_tolerances() -> None:
     from kvconform.build.architecture_table import load_architecture_table
     from kvconform.build.synthetic import causal_lm_model_types
-    from tests.conftest import TOLERANCES
 
     path = REPO / "model_matrix.yaml"
     matrix = load_matrix(path, known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kvconform.report import REPORT_FILES, strip_volatile
-from tests.inner import DATA, Inner, Run, SharedRuns
+from tests.inner import DATA, SUITE, Inner, Run, SharedRuns
 
 CHECKS = ("parity", "growth", "shapes", "bytes", "generate")
 HEALTHY_CELLS = ("llama-gqa[float32-cpu-dynamic]", "llama-gqa[float32-cpu-static]", "gpt2-tiny[float32-cpu-dynamic]")
@@ -283,6 +283,46 @@ def test_bad_matrix_from_a_real_process(inner: Inner) -> None:
 
 
 # ----------------------------------------------------------------------------------------- --list-models
+
+
+def test_report_folder_is_named_from_what_the_run_narrowed() -> None:
+    from datetime import datetime
+
+    from kvconform.report_dir import MAX_NAME, run_folder
+
+    now = datetime(2026, 12, 1, 12, 30, 5)
+    assert run_folder([], False, now) is None  # the default matrix: reports/ itself
+    assert run_folder(["model-tiny-llama", "cache-static"], False, now) == "model-tiny-llama_cache-static"
+    assert run_folder(["k-llama and not (parity)"], False, now) == "k-llama-and-not-parity"
+    assert run_folder([], True, now) == "20261201-123005"  # test ids chosen on the command line
+    assert run_folder(["k-gpt2"], True, now) == "k-gpt2_20261201-123005"
+    assert len(run_folder(["model-" + "x" * 200], False, now) or "") == MAX_NAME
+
+
+def test_a_narrowed_run_keeps_the_full_runs_reports_and_the_excluded_list_only_with_the_sweep(inner: Inner) -> None:
+    """As typed (no --report-dir): the whole default matrix (listing.yaml's, with a sweep) writes reports/ and lists
+    the excluded architectures (a count with -q); ``-k gpt2`` writes reports/k-gpt2/, says so, and lists none; another
+    matrix file gets its own folder too."""
+    (inner.path / "model_matrix.yaml").write_text((DATA / "listing.yaml").read_text())
+    (inner.path / "pytest.ini").write_text("[pytest]\n")
+    inner.pytester.makepyfile(**{"test_conformance": (SUITE / "test_conformance.py").read_text(),
+                                 "conftest": (SUITE / "conftest.py").read_text()})
+    whole = inner.run(inner.path, "--collect-only", as_typed=True)
+    folded = inner.run(inner.path, "--collect-only", "-q", as_typed=True)
+    narrowed = inner.run(inner.path, "--collect-only", "-k", "gpt2", as_typed=True)
+    (inner.path / "other.yaml").write_text((DATA / "listing.yaml").read_text())
+    other = inner.run(inner.path, "--collect-only", "--matrix", "other.yaml", "--cache", "static", "--device", "cuda",
+                      as_typed=True)
+    assert [run.ret for run in (whole, folded, narrowed, other)] == [0] * 4, other.output[-2000:]  # collecting is no failure
+    reports = inner.path / "reports"
+    assert sorted(path.relative_to(reports).as_posix() for path in reports.rglob("conformance.json")) == [
+        "conformance.json", "k-gpt2/conformance.json", "matrix-other_device-cuda_cache-static/conformance.json"]
+    assert f"not the default matrix, so this run's reports are in {reports / 'k-gpt2'}" in narrowed.out, narrowed.out[-2000:]
+    assert f"report: {reports / 'k-gpt2' / 'conformance.json'}" in narrowed.out
+    assert "mamba: listing-test" in whole.out and "not the default matrix" not in whole.out, whole.out[-2000:]
+    assert re.search(r"^\d+ architectures excluded \(not testable here; listed in the report", folded.out, re.MULTILINE)
+    assert "mamba: listing-test" not in folded.out, folded.out[-2000:]
+    assert "architectures excluded" not in narrowed.out and "mamba" not in narrowed.out, narrowed.out[-2000:]
 
 
 def test_list_models_prints_the_matrix_and_runs_nothing(inner: Inner, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -279,10 +279,15 @@ def publish_prepared(staging: Path, target: Path) -> None:
             raise
 
 
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` forbids the hub (read at call time, as the loader does)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+
+
 def _load_hub(spec: ModelSpec) -> Model:
     from transformers.utils.hub import cached_file
 
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
+    offline = hub_offline()
     try:
         config_path = cached_file(spec.location, "config.json", revision=spec.revision, local_files_only=offline)
     except Exception as exc:  # noqa: BLE001 - hub errors are many; all mean "not here"

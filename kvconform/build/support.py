@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -37,13 +38,33 @@ def model_class(model_type: str) -> Any:
 
 
 def model_attention(spec: ModelSpec) -> str:
-    """The attention a matrix entry runs by default: eager for synthetic classes without sdpa, else sdpa.
+    """The attention a matrix entry runs by default: eager for classes without sdpa, else sdpa.
 
-    Checkpoints are decided when loaded (``attention_support``), without loading anything here.
+    A checkpoint folder is read by the ``model_type`` of its config.json (remote code, hub ids and GGUF files are
+    decided when loaded: ``attention_support``, and ``run_agreement`` never compares an attention with itself).
     """
-    if spec.model_type is None:
+    model_type = spec.model_type or _checkpoint_model_type(spec)
+    if model_type is None:
         return "sdpa"
-    return "sdpa" if model_class(spec.model_type)._supports_sdpa else "eager"
+    return "sdpa" if model_class(model_type)._supports_sdpa else "eager"
+
+
+def _checkpoint_model_type(spec: ModelSpec) -> str | None:
+    """A local checkpoint's transformers ``model_type`` (``None`` for remote code or a type transformers lacks)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from kvconform.build.checkpoint_files import CheckpointFileError, read_config
+
+    if spec.source != "checkpoint":
+        return None
+    try:
+        config = read_config(Path(spec.location))
+    except CheckpointFileError:
+        return None
+    model_type = config.get("model_type")
+    if "auto_map" in config or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return None
+    return str(model_type)
 
 
 def attention_support(cls: Any, attn: str) -> str | None:

@@ -48,8 +48,9 @@ def _scores(scores: list[float]) -> str:
 
 def attention_agreement(record: AgreementRecord | None, tolerance: Tolerance) -> CheckResult:
     """Two attention implementations' uncached logits agree within the float32 parity limit."""
-    if record is None:
-        return CheckResult("attn_agreement", True, "not run", "", "attn_agreement runs on cells of another attention only")
+    if record is None or record.not_applicable:
+        why = (record.not_applicable if record else None) or "attn_agreement runs on cells of another attention only"
+        return CheckResult("attn_agreement", True, "not run", "", why)
     limit = tolerance.limit(record.logit_scale)
     worst = record.position_max_abs_delta[record.worst_position]
     first, second = record.implementations

@@ -20,11 +20,18 @@ class AgreementRecord:
     worst_position: int
     worst_row: int
     logit_scale: float
+    not_applicable: str | None = None
+    """Why nothing was compared: both runs use the same implementation (a check that could not fail)."""
 
 
 @torch.inference_mode()
 def run_agreement(model: Model, other: Model, plan: Any) -> AgreementRecord:
     """One uncached pass of ``model`` and of ``other`` (same weights, another attention) over P+N seeded tokens."""
+    implementations = (model.config._attn_implementation, other.config._attn_implementation)
+    if implementations[0] == implementations[1]:
+        reason = (f"the model's default attention is {implementations[1]} itself (as loaded), so this cell is its default "
+                  "path and there is no other implementation to compare with")
+        return AgreementRecord(implementations, [], 0, 0, 0.0, not_applicable=reason)
     vocab = model.config.get_text_config(decoder=True).vocab_size
     ids = make_prompt(plan.batch_size, plan.prompt_length + plan.decode_steps, plan.seed, vocab, input_device(model))
     logits = model(input_ids=ids, use_cache=False).logits.float()
@@ -33,7 +40,7 @@ def run_agreement(model: Model, other: Model, plan: Any) -> AgreementRecord:
     per_position = delta.amax(dim=0)
     worst = int(per_position.argmax())
     return AgreementRecord(
-        implementations=(model.config._attn_implementation, other.config._attn_implementation),
+        implementations=implementations,
         position_max_abs_delta=per_position.tolist(), worst_position=worst, worst_row=int(delta[:, worst].argmax()),
         logit_scale=float(torch.nan_to_num(reference).abs().max()),
     )

@@ -1,0 +1,37 @@
+"""A model that loads but raises on one cache path: that path's failure, located in the model's own code."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+#: The transformers class each cache kind of the matrix builds.
+CACHE_CLASSES = {"dynamic": "DynamicCache", "static": "StaticCache", "quantized": "QuantizedCache"}
+
+
+def model_frame(error: BaseException, model: Any) -> str | None:
+    """``file:line in function`` of the innermost traceback frame in the file that defines ``model``'s class
+    (for remote code, the checkpoint's own ``modeling_*.py``), or ``None`` when no frame is there."""
+    module = sys.modules.get(type(model).__module__)
+    source = getattr(module, "__file__", None)
+    if source is None:
+        return None
+    own = Path(source).resolve()
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if Path(frame.filename).resolve() == own]
+    if not frames:
+        return None
+    frame = frames[-1]
+    return f"{own.name}:{frame.lineno} in {frame.name}"
+
+
+def path_failure_message(cell_id: str, cache: str, attn: str, error: BaseException, frame: str | None) -> str:
+    """What a maintainer reads: which cache (and attention) path raised, where in their model, and why."""
+    cache_class = CACHE_CLASSES.get(cache, cache)
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())[:500] or repr(error)
+    where = f" at {frame}" if frame else ""
+    blame = (f"the model's code does not support {cache_class} with {attn} attention" if frame
+             else f"raised outside the model's own file, on the {cache_class} path with {attn} attention")
+    return (f"{cell_id}: the {cache} cache path ({cache_class}, {attn} attention) raised {type(error).__name__}"
+            f"{where}: {text} ({blame}; the model's other cells are judged on their own)")
