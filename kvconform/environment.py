@@ -41,6 +41,22 @@ def device_names() -> list[str]:
     return names
 
 
+def cpu_description() -> str:
+    """The CPU and the kernels torch runs on it: bfloat16/float16 rounding, and so near-ties, depend on both."""
+    import torch
+
+    model = platform.processor() or platform.machine()
+    try:
+        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                 if line.startswith("model name")]
+        model = names[0] if names else model
+    except OSError:
+        pass
+    forced = os.environ.get("ATEN_CPU_CAPABILITY")
+    capability = torch.backends.cpu.get_cpu_capability()
+    return f"{model}; torch CPU capability {capability}" + (f" (ATEN_CPU_CAPABILITY={forced})" if forced else "")
+
+
 def relative_path(path: Path, root: Path) -> str:
     """``path`` relative to ``root`` in POSIX form (``../`` steps when it lies outside), so reports name no machine."""
     try:
@@ -63,6 +79,7 @@ def describe_environment(root: Path, matrix_path: Path | None) -> dict[str, Any]
         "transformers": _version("transformers"),
         "accelerate": _version("accelerate"),
         "platform": platform.platform(terse=True),
+        "cpu": cpu_description(),
         "devices": device_names(),
         "git_commit": _git_commit(root),
         "matrix_path": relative_path(matrix_path, root) if matrix_path is not None else None,

@@ -31,6 +31,7 @@ from kvconform.build.models import load_master  # noqa: E402
 from kvconform.build.synthetic import causal_lm_model_types  # noqa: E402
 from kvconform.cells import Cell  # noqa: E402
 from kvconform.checks import record_checks as checks  # noqa: E402
+from kvconform.environment import cpu_description  # noqa: E402
 from kvconform.matrix import load_matrix  # noqa: E402
 from kvconform.probe.decode import ProbePlan, run_probe  # noqa: E402
 from kvconform.runner import CellRunner  # noqa: E402
@@ -151,6 +152,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="Also write the figures to this JSON file")
     args = parser.parse_args()
 
+    print(f"CPU: {cpu_description()}; load average {os.getloadavg()[0]:.1f}")
     matrix = default_matrix()
     smollm2 = next(m for m in matrix.models if m.id == "smollm2-135m")
     tiny = next(m for m in matrix.models if m.id == "llama")
@@ -169,6 +171,7 @@ def main() -> int:
         figures["matrix"] = [matrix_run(w, Path(f"/tmp/kvconform-bench-{w}")) for w in ("auto", "0")]
         print()
         print(tabulate(figures["matrix"], headers="keys", tablefmt="github", floatfmt=".1f"))
+    figures["cpu"] = cpu_description()
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     ratio = figures["overhead"][0]["ratio"]
