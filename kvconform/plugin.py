@@ -7,6 +7,8 @@ when a worker crashes, and writes the reports once at session end (also after Ct
 
 from __future__ import annotations
 
+import logging
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -99,7 +101,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--no-reports", "--kvconform-no-reports", action="store_true", help="Do not write conformance reports")
 
 
+def quiet_torch_trace() -> None:
+    """Keep torch's structured-trace records out of test reports unless ``TORCH_TRACE`` asks for them.
+
+    pytest attaches its log capture to every non-propagating logger, and torch's ``torch.__trace`` logger is
+    always at DEBUG, so each ``torch.compile`` (flex_attention's kernels) in a failing test put thousands of
+    ``DEBUG torch.__trace`` lines into its report.
+    """
+    if not os.environ.get("TORCH_TRACE") and os.environ.get("TORCH_COMPILE_DEBUG", "0") != "1":
+        logging.getLogger("torch.__trace").addFilter(lambda record: False)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    quiet_torch_trace()
     config.addinivalue_line("markers", "kvconform_check(name): a conformance check run on every matrix cell")
     state = KvconformState(config, _matrix_or_usage_error(config))
     config.stash[STATE] = state

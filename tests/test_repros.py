@@ -2,7 +2,8 @@
 
 A script whose bug is in some transformers releases only declares them on a top-level line such as
 ``TRANSFORMERS = "<5.24"`` (a PEP 440 specifier); under any other release its run is skipped with that reason,
-while the citation check still covers it.
+while the citation check still covers it. Exit 1: the bug is there; exit 2: the script cannot show it on this
+machine (its run is skipped with the script's own words, e.g. a compiler fault of this CPU); anything else fails.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 REPROS = ROOT / "tools" / "repros"
 SCRIPTS = sorted(path.name for path in REPROS.glob("*.py"))
+#: The exit status of a repro that cannot show its bug on this machine (it prints why as its last line).
+CANNOT_SHOW = 2
 RELEASES = re.compile(r"^TRANSFORMERS = [\"']([^\"']+)[\"']", re.MULTILINE)
 
 
@@ -58,4 +61,6 @@ def test_repro_shows_its_bug_without_kvconform(script: str) -> None:
     done = subprocess.run([sys.executable, str(REPROS / script)], capture_output=True, text=True, cwd=REPROS,
                           timeout=600)
     assert "Traceback (most recent call last)" not in done.stderr, f"{script} crashed:\n{done.stderr[-2000:]}"
+    if done.returncode == CANNOT_SHOW:
+        pytest.skip(f"{script}: {done.stdout.strip().splitlines()[-1]}")
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]

@@ -6,7 +6,8 @@
   must accept the config (they raise for layer kinds they have no layer class for, and the quantized
   cache only takes full-attention stacks); generate refuses the quantized cache for encoder-decoders.
 - attention: sdpa where the class declares ``_supports_sdpa``, flex_attention where it declares
-  ``_supports_flex_attn`` (opt-in: it compiles once per model and worker); eager everywhere. An eager model is
+  ``_supports_flex_attn`` (opt-in: it compiles once per model and worker) and where compiled flex_attention
+  agrees with the math reference on the running CPU (``flex_check``); eager everywhere. An eager model is
   made as users do: ``set_attn_implementation("eager")``, or ``from_config(…, attn_implementation="eager")``
   for classes that cannot switch after construction.
 """
@@ -141,7 +142,12 @@ def spec_paths(spec: ModelSpec) -> dict[str, str | None]:
 
 def cell_support(model: Model, cache: str, attn: str) -> str | None:
     """Why a cell with ``cache`` and ``attn`` cannot run on ``model``, or ``None``."""
-    return attention_support(type(model), attn) or cache_support(type(model), model.config, cache)
+    reason = attention_support(type(model), attn) or cache_support(type(model), model.config, cache)
+    if reason is None and attn == "flex_attention" and model.device.type == "cpu":
+        from kvconform.build.flex_check import flex_disagreement
+
+        reason = flex_disagreement(model.dtype)
+    return reason
 
 
 def attention_model(master: Model, attn: str) -> tuple[Model, bool]:
