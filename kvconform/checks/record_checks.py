@@ -94,7 +94,7 @@ def replay_details(replay: SelectionReplay) -> dict[str, Any]:
         "selections": replay.selections,
         "near_ties": replay.near_ties,
         "flips": [{"module": f.module, "op": f.op, "k": f.k, "position": f.position, "row": f.row, "margin": f.margin,
-                   "score_delta": f.score_delta, "rounding_step": f.rounding} for f in replay.flips],
+                   "score_delta": f.score_delta, "rounding_step": f.rounding, "noise": f.noise} for f in replay.flips],
         "replayed_step_max_abs_delta": replay.step_max_abs_delta,
         "error": replay.error,
     }

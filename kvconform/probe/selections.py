@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -30,11 +30,16 @@ from torch.overrides import TorchFunctionMode
 
 from kvconform.probe.cache_io import CACHE_KEYWORDS, seq_length
 
-#: A selection is a near-tie when its margin, and the distance of the cached scores from the uncached ones, are
-#: within this many rounding steps of the dtype at the magnitude of the scores compared. Measured: the flips of
-#: the shrunk MoE routers in bfloat16 (AVX2 kernels) sit at 0.4-3.2 steps, a float32 router with exactly tied
-#: experts at up to 4.3; a fault moves the scores by orders of magnitude more (tests/test_near_ties.py).
+#: A flip is decided by rounding when its margin, and the distance of the cached scores from the uncached ones
+#: there, are within this many times the run's own noise: the largest distance of that selection's scores
+#: between the cached and the uncached run over all its tokens, at least one rounding step of the dtype at the
+#: scores' magnitude. Measured: the flips of the shrunk MoE routers in bfloat16 (AVX2 kernels) sit at 0.4-3.2 steps.
 NEAR_TIE_STEPS = 8.0
+#: The run's noise is plausible as rounding only up to this many rounding steps of the dtype: a selection whose
+#: scores moved by more (a router or indexer reading a corrupted state) is not excused by its own spread.
+#: Measured spreads: 1-6.6 steps in bfloat16 and float16 (6.6: phimoe's threshold on a difference of scores), up to 9 in float32 (a reduction over 64 products adds
+#: its roundings, and one float32 step is 2^-23).
+NOISE_CAP_STEPS = {torch.float32: 64.0, torch.float16: 16.0, torch.bfloat16: 16.0}
 
 _SELECTIONS = {torch.topk: "topk", torch.Tensor.topk: "topk", torch.max: "max", torch.Tensor.max: "max",
                torch.argmax: "argmax", torch.Tensor.argmax: "argmax"}
@@ -98,17 +103,26 @@ class Flip:
     """How far the cached forward's scores of that token are from the uncached pass's (max |Δ|)."""
     rounding: float
     """One rounding step of the dtype at the magnitude of the scores compared."""
+    noise: float = 0.0
+    """The run's own noise for this selection (see ``NEAR_TIE_STEPS``), at least ``rounding``."""
+    noise_cap: float = NEAR_TIE_STEPS
+    """``NOISE_CAP_STEPS`` of the dtype."""
+    key: tuple[str, str, int] = ("", "", 0)
+    """The selection call: module, op, and how many such calls came before it in its forward."""
 
     @property
     def by_rounding(self) -> bool:
-        """Margin and score distance both within ``NEAR_TIE_STEPS`` rounding steps: a near-tie, not a fault."""
-        return max(self.margin, self.score_delta) <= NEAR_TIE_STEPS * self.rounding
+        """Margin and score distance within ``NEAR_TIE_STEPS`` × the run's noise, and that noise plausible as
+        rounding: a near-tie, not a fault."""
+        noise = max(self.noise, self.rounding)
+        return noise <= self.noise_cap * self.rounding and max(self.margin, self.score_delta) <= NEAR_TIE_STEPS * noise
 
     def describe(self) -> str:
         call = {"topk": f"topk(k={self.k})", "threshold": "threshold comparison"}.get(self.op, self.op)
         return (f"{self.module or 'the model'} {call} over {self.candidates} at position {self.position} of row {self.row}: "
                 f"margin {self.margin:.3g}, the cached scores {self.score_delta:.3g} away "
-                f"({max(self.margin, self.score_delta) / self.rounding:.2g} rounding steps)")
+                f"({max(self.margin, self.score_delta) / self.rounding:.2g} rounding steps; the run's noise "
+                f"{max(self.noise, self.rounding) / self.rounding:.2g})")
 
 
 @dataclass
@@ -256,6 +270,7 @@ class _Tracer(TorchFunctionMode):
         self.forwards: list[_Forward] = []
         self.flips: list[Flip] = []
         self.modules: list[str] = []
+        self.spread: dict[tuple[str, str, int], list[float]] = {}
 
     def begin(self, inputs: dict[str, Any]) -> None:
         ids = inputs.get("input_ids")
@@ -327,14 +342,22 @@ class _Tracer(TorchFunctionMode):
                 if cached.k and int(picked.max()) >= cached.scores.shape[-1]:
                     raise ReplayError(f"{cached.module} picks index {int(picked.max())} of {cached.scores.shape[-1]}")
                 own = forced[row, :, s]
+                distance = (cached.scores[row, :, s] - call.scores[ref_row, :, position]).abs()
+                self.spread.setdefault(key, []).append(float(torch.nan_to_num(distance, nan=0.0, posinf=0.0).max()))
                 same = torch.equal(own.sort(-1).values, picked.sort(-1).values) if cached.k else torch.equal(own, picked)
                 if not same:
-                    self.flips.append(self._flip(call, ref_row, position, cached.scores[row, :, s], row, own != picked))
+                    self.flips.append(self._flip(call, ref_row, position, cached.scores[row, :, s], row, own != picked, key))
                 forced[row, :, s] = picked
         return forced
 
+    def finish(self) -> None:
+        """Give every flip its selection's noise, known once the run is over."""
+        for index, flip in enumerate(self.flips):
+            spread = max(self.spread.get(flip.key, [0.0]))
+            self.flips[index] = replace(flip, noise=spread, noise_cap=NOISE_CAP_STEPS.get(self.dtype, NEAR_TIE_STEPS))
+
     def _flip(self, ref: Selection, ref_row: int, position: int, cached_scores: torch.Tensor, row: int,
-              differ: torch.Tensor) -> Flip:
+              differ: torch.Tensor, key: tuple[str, str, int]) -> Flip:
         """A changed token, at the head (and for a threshold the comparison) farthest from a tie."""
         scores, scale = ref.scores[ref_row, :, position], ref.scale[ref_row, :, position]
         token = Selection(ref.module, ref.op, ref.k, scores[None, :, None], ref.indices[ref_row, :, position][None, :, None],
@@ -348,7 +371,7 @@ class _Tracer(TorchFunctionMode):
             margin = float(gaps[head])
         delta = float(torch.nan_to_num((cached_scores[head] - scores[head]).abs(), nan=0.0, posinf=0.0).max())
         rounding = float(rounding_step(scale[head], self.dtype))
-        return Flip(ref.module, ref.op, ref.k, scores.shape[-1], position, row, margin, delta, rounding)
+        return Flip(ref.module, ref.op, ref.k, scores.shape[-1], position, row, margin, delta, rounding, key=key)
 
 
 def _reference_for(references: list[_Forward], row: int, batch: int) -> tuple[_Forward, int]:
@@ -408,6 +431,7 @@ def replaying(model: torch.nn.Module, recorded: list[_Forward], dtype: torch.dty
     """Run the block again with the uncached forwards' selections of ``recorded`` forced into its cached forwards."""
     with _traced(model, _Tracer(recorded, dtype)) as tracer:
         yield tracer.flips
+        tracer.finish()
 
 
 def uncached_selections(recorded: list[_Forward]) -> list[Selection]:
