@@ -26,12 +26,33 @@ def model_frame(error: BaseException, model: Any) -> str | None:
     return f"{own.name}:{frame.lineno} in {frame.name}"
 
 
+def raising_frame(error: BaseException) -> str | None:
+    """``package/file:line`` of the innermost Python frame of ``error``'s traceback."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return None
+    path = Path(frames[-1].filename)
+    package = next((part for part in reversed(path.parts[:-1]) if part in ("torch", "transformers", "accelerate")), path.parent.name)
+    return f"{package}/{path.name}:{frames[-1].lineno}"
+
+
 def path_failure_message(cell_id: str, cache: str, attn: str, error: BaseException, frame: str | None) -> str:
-    """What a maintainer reads: which cache (and attention) path raised, where in their model, and why."""
+    """What a maintainer reads: which cache (and attention) path raised, where in their model, and why.
+
+    Only an error raised in the model's own file is called the model's; one raised inside a library the model
+    called (a torch kernel, transformers' attention) names both places and blames neither.
+    """
     cache_class = CACHE_CLASSES.get(cache, cache)
     text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())[:500] or repr(error)
-    where = f" at {frame}" if frame else ""
-    blame = (f"the model's code does not support {cache_class} with {attn} attention" if frame
-             else f"raised outside the model's own file, on the {cache_class} path with {attn} attention")
+    inner = raising_frame(error)
+    own = frame is not None and inner is not None and inner.endswith(frame.split(" in ")[0])
+    where = f" at {frame}" if own else (f" in {inner}" + (f", called from {frame}" if frame else "") if inner else "")
+    if own:
+        blame = f"the model's code does not support {cache_class} with {attn} attention"
+    elif frame:
+        blame = (f"raised inside a library the model's code called on the {cache_class} path with {attn} attention: the "
+                 "model may drive it in a way it does not support, or the library fails here")
+    else:
+        blame = f"raised outside the model's own file, on the {cache_class} path with {attn} attention"
     return (f"{cell_id}: the {cache} cache path ({cache_class}, {attn} attention) raised {type(error).__name__}"
             f"{where}: {text} ({blame}; the model's other cells are judged on their own)")
