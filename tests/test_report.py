@@ -596,6 +596,8 @@ def test_the_diagnosis_tag_is_shown_in_full_first(doc: dict[str, Any]) -> None:
         row = next(line for line in re.split(r"\n|<tr>", text) if "parity: cached logits leave" in line and "FAIL" in line)
         assert "[top-k ties] parity: cached logits leave" in row  # the tag first, never cut
         assert "1.00e-02, 1.00e-02" in row and tagged not in row  # the rest of the long line is cut
+    failure = next(f for f in ET.fromstring(render_junit(doc)).iter("failure") if f.get("type") == "fail")
+    assert failure.get("message").startswith("[top-k ties] parity: cached logits leave") and failure.text == tagged
     doc["results"][4]["details"]["diagnosis"] = "cache fault"  # the check's own diagnosis wins
     assert "[cache fault] parity: cached logits leave" in render_markdown(doc)
 

@@ -62,10 +62,10 @@ def _testcase(parent: ET.Element, result: dict[str, Any]) -> str:
         ET.SubElement(props, "property", name=name, value=_text(value))
     outcome, message = result["outcome"], _text(result.get("message", ""))
     if outcome in ("fail", "xpass"):
-        head = f"XPASS: {result.get('reason', '')}" if outcome == "xpass" else views.first_line(message)
+        head = f"XPASS: {result.get('reason', '')}" if outcome == "xpass" else views.diagnosis(result)
         ET.SubElement(case, "failure", type=outcome, message=_text(head)).text = message
     elif outcome in ("error", "crashed"):
-        ET.SubElement(case, "error", type=outcome, message=_text(views.first_line(message))).text = message
+        ET.SubElement(case, "error", type=outcome, message=_text(views.diagnosis(result))).text = message
     elif outcome == "xfail":
         ET.SubElement(case, "skipped", type="xfail", message=_text(result.get("reason", "")))
     return outcome
