@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, TypedDict, get_args
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Outcomes a cell/check can have in a report. ``xpass``: a check marked as a known failure passed.
 Outcome = Literal["pass", "fail", "skip", "xfail", "xpass", "error", "crashed"]

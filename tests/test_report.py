@@ -17,6 +17,7 @@ from kvconform.report import (
     REPORT_FILES,
     ReportError,
     append_github_summary,
+    charts,
     document_json,
     finite_or_null,
     load_document,
@@ -48,8 +49,8 @@ def figure(measured: Any, limit: Any, unit: str = "logit", bound: str = "at_most
 def make_result(model: str, dtype: str, check: str, outcome: str = "pass", **extra: Any) -> dict[str, Any]:
     cell_id = extra.pop("cell_id", f"{model}[{dtype}-cpu-dynamic]")
     result = {
-        "cell_id": cell_id, "model": model, "dtype": dtype, "device": "cpu", "cache": "dynamic", "check": check,
-        "outcome": outcome, "measured": "ok", "limit": "", "figure": None,
+        "cell_id": cell_id, "model": model, "dtype": dtype, "device": "cpu", "cache": "dynamic", "attn": "sdpa",
+        "check": check, "outcome": outcome, "measured": "ok", "limit": "", "figure": None,
         "message": "" if outcome == "pass" else f"{check} went wrong", "details": {},
         "duration_s": 0.25, "nodeid": f"suites/test_conformance.py::test_{check}[{cell_id}]",
     }
@@ -145,7 +146,7 @@ def test_validate_accepts_fixture_and_reports_problems(doc: dict[str, Any]) -> N
     bad["results"].append(dict(bad["results"][3]))
     bad["not_run"][0]["cells"] = "six"
     problems = validate_document(bad)
-    assert "schema_version: expected 2, got 99" in problems
+    assert f"schema_version: expected {SCHEMA_VERSION}, got 99" in problems
     assert any(p.startswith("results[0].outcome: 'bogus'") for p in problems)
     assert "results[1].cell_id: missing or not a string" in problems
     assert any(p.startswith("results[2].details.step_max_abs_delta: expected a list of numbers") for p in problems)
@@ -170,7 +171,7 @@ def test_load_document_names_the_file_and_refuses_infinity(tmp_path, doc: dict[s
     with pytest.raises(ReportError, match=r"invalid\.json is not a valid conformance report"):
         load_document(invalid)
     infinite = tmp_path / "infinite.json"
-    infinite.write_text(document_json(doc).replace('"duration_s": 0.25', '"duration_s": Infinity', 1))
+    infinite.write_text(document_json(doc).replace('"duration_s":0.25', '"duration_s":Infinity', 1))
     with pytest.raises(ReportError, match=r"infinite\.json is not valid JSON: Infinity is not JSON"):
         load_document(infinite)
 
@@ -197,8 +198,8 @@ def test_a_non_finite_measurement_reads_as_such(doc: dict[str, Any]) -> None:
     doc["results"][4].update(figure=figure(None, 1.2e-3), nonfinite=["figure.measured", "details.step_max_abs_delta[2]"],
                              details={"step_max_abs_delta": [1e-6, 3e-3, None], "tolerance": 1.2e-3})
     assert validate_document(doc) == []
-    assert "| FAIL | parity | [tiny-gpt2[float32-cpu-dynamic]]" in render_markdown(doc)
-    assert "| tiny-gpt2 | 1 | [FAIL non-finite](#fail-tiny-gpt2-float32-cpu-dynamic-parity) | pass |" in render_markdown(doc)
+    assert "| FAIL | parity | [tiny-gpt2 \\| float32 · cpu · dynamic · sdpa]" in render_markdown(doc)
+    assert "| tiny-gpt2 | [FAIL non-finite](#fail-tiny-gpt2-float32-cpu-dynamic-parity) | pass |" in render_markdown(doc)
     chart = re.search(r'<details id="parity-tiny-gpt2".*?</details>', render_html(doc), re.S)[0]
     assert ">∞</text>" in chart  # drawn on the top edge
 
@@ -246,33 +247,36 @@ def test_strip_volatile_equalises_runs_differing_in_timings(doc: dict[str, Any])
 
 # --------------------------------------------------------------------------- Markdown
 
-MD_ORDER = ["> ❌ **4 checks need attention: 2 errored, 1 failed, 1 xpassed; 2 known failures**", "**Totals:**",
-            "## Needs attention (4)", "## Known failures (2 checks in 1 model)", "## Excluded architectures (1)",
-            "## Models (5)", "## Details", "## Provenance", "<details><summary>All cells (7)</summary>"]
+MD_ORDER = ["> ❌ **4 checks need attention: 1 failed, 1 xpassed, 2 errored; 2 known failures**", "**Totals:**",
+            "## Needs attention (4)", "## Known failures (2 checks in 1 model)", "## Models (5)", "## Details",
+            "## Excluded architectures (1)", "## Provenance", "<details><summary>All cells (7)</summary>",
+            "<details><summary>Not run (11 checks, 1 reason)</summary>"]
 
 
 def test_markdown_puts_what_needs_attention_first(doc: dict[str, Any]) -> None:
     text = render_markdown(doc)
     positions = sections(text, MD_ORDER)
     assert positions == sorted(positions)
-    assert text.rstrip().endswith("</details>")  # the per-cell table is last, folded
+    assert text.index("\n\n") == text.index("> ❌") - 2  # the verdict is the first line under the title
+    assert text.rstrip().endswith("</details>")  # the never-run counts are last, folded
 
 
 def test_markdown_totals_count_never_run_checks_by_reason(doc: dict[str, Any]) -> None:
     text = render_markdown(doc)
     totals = "**Totals:** 5 passed, 1 failed, 2 xfailed, 1 xpassed, 2 errored, 0 crashed, 11 not run (7 cells ran)"
-    assert f"{totals}\n- not run: 11 checks in 6 cells: {CUDA_REASON}" in text
-    assert "cuda" not in text.split("## Needs attention")[1]  # no table row for a cell that never ran
+    assert f"{totals}\n\n_" in text  # the totals are one line; the never-run reasons are folded at the end
+    assert text.endswith(f"<summary>Not run (11 checks, 1 reason)</summary>\n\n- 11 checks in 6 cells: {CUDA_REASON}\n\n</details>\n")
+    assert "cuda" not in text.split("## Needs attention")[1].split("## Known failures")[0]  # no row for a cell that never ran
 
 
 def test_markdown_attention_links_each_item_to_its_details(doc: dict[str, Any]) -> None:
     text = render_markdown(doc)
     table = text.split("## Needs attention (4)")[1].split("##")[0]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| outcome")]
-    assert [row.split(" | ")[0] for row in rows] == ["| error", "| FAIL", "| XPASS"]  # most severe first
-    assert rows[0].startswith("| error | parity, growth | [broken[float32-cpu-dynamic]](#error-broken-float32-cpu-dynamic-parity)")
-    assert "| 4.1e-02 / 1.2e-03 | parity broke at decode step 3: |" in rows[1]
-    assert rows[2].endswith(f"| {FIXED_REASON} |")  # an xpass shows the reason it was expected to fail
+    assert [row.split(" | ")[0] for row in rows] == ["| FAIL", "| XPASS", "| error"]  # failures, XPASS, errors
+    assert rows[2].startswith("| error | parity, growth | [broken \\| float32 · cpu · dynamic · sdpa](#error-broken-float32-cpu-dynamic-parity)")
+    assert "| 4.1e-02 / 1.2e-03 | parity broke at decode step 3: |" in rows[0]
+    assert rows[1].endswith(f"| {FIXED_REASON} |")  # an xpass shows the reason it was expected to fail
     for target in re.findall(r"\]\(#([a-z0-9-]+)\)", table):
         assert f'<a id="{target}"></a>' in text
     details = text.split('<a id="fail-tiny-gpt2-float32-cpu-dynamic-parity"></a>')[1]
@@ -293,20 +297,23 @@ def test_markdown_groups_known_failures_by_model_with_reason_and_kind(doc: dict[
 
 def test_markdown_has_one_row_per_model_with_the_worst_figure(doc: dict[str, Any]) -> None:
     models = render_markdown(doc).split("## Models (5)")[1].split("## Details")[0]
-    assert "| model | cells | parity | growth | shapes |" in models
-    assert "| bamba | 2 | xfail 2.6 | — | — |" in models
-    assert ("| broken | 1 | [error](#error-broken-float32-cpu-dynamic-parity) | [error](#error-broken-float32-cpu-dynamic-parity) | — |"
-            in models)  # linked to the details
-    assert "| smollm2-135m (llama) | 2 | 0.042 | pass | pass |" in models  # worst of 0.042 and 0.04
-    assert "| tiny-gpt2 | 1 | [FAIL 34](#fail-tiny-gpt2-float32-cpu-dynamic-parity) | pass | — |" in models
+    short, wide = models.split("<details><summary>Models × checks</summary>")
+    assert "| model | cells | outcome | worst Δ/limit | not passing |" in short  # five columns fit a page
+    assert "| bamba | 2 | xfail | 2.6 (parity) | parity xfail |" in short
+    assert "| smollm2-135m (llama) | 2 | pass | 0.042 (parity) |  |" in short  # worst of 0.042 and 0.04
+    assert "| model | parity | growth | shapes |" in wide  # the check columns are folded
+    assert "| bamba | xfail 2.6 | — | — |" in wide
+    assert ("| broken | [error](#error-broken-float32-cpu-dynamic-parity) | [error](#error-broken-float32-cpu-dynamic-parity) | — |"
+            in wide)  # linked to the details
+    assert "| tiny-gpt2 | [FAIL 34](#fail-tiny-gpt2-float32-cpu-dynamic-parity) | pass | — |" in wide
 
 
 def test_markdown_cell_table_is_narrow(doc: dict[str, Any]) -> None:
     doc["results"][3]["measured"] = "keys [2, 8, 14, 64] != expected [2, 3, 14, 64] [B, H_kv, S, head_dim] (stores 8 heads)"
     cells = render_markdown(doc).split("<details><summary>All cells (7)</summary>")[1]
-    assert "| smollm2-135m | float32 · cpu · dynamic | 0.042 | 6→…→14 | — |" in cells  # a bare figure passed
+    assert "| smollm2-135m | float32 · cpu · dynamic · sdpa | 0.042 | 6→…→14 | — |" in cells  # a bare figure passed
     assert "| keys [2, 8, 14, 6… |" in cells
-    assert "| tiny-gpt2 | float32 · cpu · dynamic | FAIL 34 | ok | — |" in cells
+    assert "| tiny-gpt2 | float32 · cpu · dynamic · sdpa | FAIL 34 | ok | — |" in cells
     assert max(len(line) for line in cells.splitlines() if line.startswith("|")) < 100
 
 
@@ -413,14 +420,17 @@ def test_html_is_self_contained_and_escaped(doc: dict[str, Any]) -> None:
 def test_html_puts_what_needs_attention_first_and_folds_the_cells(doc: dict[str, Any]) -> None:
     page = render_html(doc)
     order = ['<div class="banner bad">4 checks need attention', '<p class="totals">', "<h2>Needs attention (4)</h2>",
-             "<h2>Known failures (2 checks in 1 model)</h2>", "<h2>Excluded architectures (1)</h2>",
-             "<h2>Parity margin</h2>", "<h2>Models (5)</h2>", "<h2>Details</h2>", "<h2>Provenance</h2>",
-             '<details class="section"><summary>All cells (7)</summary>']
+             "<h2>Known failures (2 checks in 1 model)</h2>", "<h2>Parity margin</h2>", "<h2>Models (5)</h2>",
+             "<h2>Details</h2>", "<h2>Excluded architectures (1)</h2>", "<h2>Provenance</h2>",
+             '<details class="section"><summary>Cells that did not pass every check (5 of 7)</summary>',
+             '<details class="section"><summary>Not run (11 checks, 1 reason)</summary>']
     positions = sections(page, order)
     assert positions == sorted(positions)
-    cells = page.split('<details class="section"><summary>All cells (7)</summary>')[1]
-    assert cells.index("</details>") > cells.index('<td class="o-fail">')  # the cell table is inside the fold
-    assert f"<li>not run: 11 checks in 6 cells: {CUDA_REASON}</li>" in page
+    cells = page.split('<details class="section"><summary>Cells that did not pass every check (5 of 7)</summary>')[1]
+    assert "2 other cells passed every check they ran" in cells and "smollm2-135m" not in cells  # the page stays small
+    assert cells.index("</details>") > cells.index("<td class=o-fail>")  # the cell table is inside the fold
+    assert page.index("<body>") < page.index('<div class="banner') < page.index("<p class=")  # the verdict opens the page
+    assert f"<li>11 checks in 6 cells: {CUDA_REASON}</li></ul></details>\n</body>" in page
 
 
 def test_html_links_resolve_and_reasons_show(doc: dict[str, Any]) -> None:
@@ -432,8 +442,9 @@ def test_html_links_resolve_and_reasons_show(doc: dict[str, Any]) -> None:
         assert page.count(f'id="{target}"') == 1
     assert f'<td class="reason">{FIXED_REASON}</td>' in page
     assert f"<td>model bug</td><td>parity ×2</td><td>float32, bfloat16</td><td class=\"o-xfail\">2.6</td><td class=\"reason\">{BAMBA_REASON.removeprefix('model bug: ')}</td>" in page
-    assert re.search(r'<td class="o-fail"><a href="#fail-tiny-gpt2-float32-cpu-dynamic-parity">FAIL</a><span class="fig">34</span></td>', page)
-    assert re.search(r'<td class="o-pass"><span class="fig">0.042</span></td>', page)
+    assert "<td class=o-fail><a href=#fail-tiny-gpt2-float32-cpu-dynamic-parity>FAIL</a> <span class=fig>34</span>" in page
+    assert "<th rowspan=1>tiny-gpt2<th>float32 · cpu · dynamic · sdpa<td class=o-fail>" in page
+    assert "<td class=o-fail><a href=#fail-tiny-gpt2-float32-cpu-dynamic-parity>FAIL</a> <span class=fig>34</span><td>ok<td>" in page
 
 
 def test_html_charts_only_where_they_carry_information(doc: dict[str, Any]) -> None:
@@ -510,8 +521,8 @@ def test_write_reports_is_atomic_and_replaces_existing_files(tmp_path, doc: dict
     assert sorted(os.listdir(out)) == sorted(REPORT_FILES)  # no temp files left behind
     assert (out / "conformance.md").read_text(encoding="utf-8") == render_markdown(doc)
     text = (out / "conformance.json").read_text(encoding="utf-8")
-    assert json.loads(text) == doc
-    assert text.startswith('{\n  "cells": [')  # sorted keys, indent 2
+    assert load_document(out / "conformance.json") == doc
+    assert text.startswith('{\n"cells":[') and '\n"results":[\n{' in text  # sorted keys, one line per result
     assert (out / "conformance.html").read_text(encoding="utf-8") == render_html(doc)
     assert ET.parse(out / "conformance.junit.xml").getroot().tag == "testsuites"
 
@@ -567,3 +578,82 @@ def test_github_summary_is_truncated_below_one_mib_keeping_the_attention_list(tm
     body = text.split("**Note:**")[0]
     assert len(re.findall(r"^```", body, re.M)) % 2 == 0  # no code block left open
     assert body.count("<details>") == body.count("</details>")
+
+
+# --------------------------------------------------------------------------- the first screen (issue 23, item 2)
+
+FP8 = ("not applicable: transformers builds no QuantizedCache(backend='fp8') for this config: ValueError: `QuantizedCache` is "
+       "only supported for models with only full attention layers. We found the following invalid layer types: {%s}")
+ASSISTED = ("not applicable: generate() refuses assisted decoding for %s (_is_stateful: 'assisted generation is not supported "
+            "with stateful models')")
+
+
+def test_the_diagnosis_tag_is_shown_in_full_first(doc: dict[str, Any]) -> None:
+    tagged = ("parity: cached logits leave the uncached pass from decode step 3 (worst |Δ| 0.5 at step 3); per-step max |Δ|: "
+              + ", ".join("1.00e-02" for _ in range(40)) + "; [top-k ties] not a cache fault: 2 router choices tie")
+    doc["results"][4]["message"] = tagged
+    for text in (render_markdown(doc), render_html(doc)):
+        row = next(line for line in re.split(r"\n|<tr>", text) if "parity: cached logits leave" in line and "FAIL" in line)
+        assert "[top-k ties] parity: cached logits leave" in row  # the tag first, never cut
+        assert "1.00e-02, 1.00e-02" in row and tagged not in row  # the rest of the long line is cut
+    failure = next(f for f in ET.fromstring(render_junit(doc)).iter("failure") if f.get("type") == "fail")
+    assert failure.get("message").startswith("[top-k ties] parity: cached logits leave") and failure.text == tagged
+    doc["results"][4]["details"]["diagnosis"] = "cache fault"  # the check's own diagnosis wins
+    assert "[cache fault] parity: cached logits leave" in render_markdown(doc)
+
+
+def test_never_run_reasons_are_grouped_and_folded_last(doc: dict[str, Any]) -> None:
+    layer_sets = ["'sliding_attention'", "'chunked_attention'", "'sliding_attention', 'linear_attention'"]
+    doc["not_run"] += [{"reason": FP8 % s, "cells": 2, "checks": 6} for s in layer_sets]
+    doc["not_run"] += [{"reason": ASSISTED % cls, "cells": 1, "checks": 1} for cls in ("MambaForCausalLM", "Mamba2ForCausalLM")]
+    doc["plan"] = {"models": {}, "selection": [], "planned": [], "unplanned": [], "not_applicable": [
+        {"reason": FP8 % s, "keys": [f"m{i}[float32-cpu-quantized]::parity"]} for i, s in enumerate(layer_sets)] + [
+        {"reason": ASSISTED % cls, "keys": [f"{cls}[float32-cpu-dynamic]::crop"]} for cls in ("MambaForCausalLM", "Mamba2ForCausalLM")]}
+    text = render_markdown(doc)
+    folded = text.split("<details><summary>Not run (")[1]
+    assert text.index("<details><summary>Not run (") > text.index("## Provenance")  # the end of the report
+    lines = [line for line in folded.splitlines() if line.startswith("- ")]
+    assert len(lines) == 3  # cuda, the fp8 refusal once, assisted decoding once
+    assert lines[0].startswith("- 18 checks in 6 cells of 3 models: not applicable: transformers builds no QuantizedCache")
+    assert lines[2].startswith("- 2 checks in 2 cells of 2 models: not applicable: generate() refuses assisted decoding for the")
+    assert "Not run (31 checks, 3 reasons)" in render_html(doc)
+
+
+def test_the_attention_is_named_in_rows_legends_and_ids(doc: dict[str, Any]) -> None:
+    twins = [make_result("afmoe", "float32", "parity", "fail", message="parity broke", attn=attn,
+                         cell_id=f"afmoe[float32-cpu-dynamic{suffix}]", figure=figure(0.1, 1e-3),
+                         details={"step_max_abs_delta": [0.0, 0.1], "tolerance": 1e-3}) for attn, suffix in (("sdpa", ""), ("eager", "-eager"))]
+    doc["results"] += twins
+    text, page = render_markdown(doc), render_html(doc)
+    for attn in ("sdpa", "eager"):
+        assert f"[afmoe \\| float32 · cpu · dynamic · {attn}]" in text
+        assert f"<td>afmoe | float32 · cpu · dynamic · {attn}</td>" in page
+        assert f"<th>float32 · cpu · dynamic · {attn}<td class=o-fail>" in page  # the per-cell table
+    chart = re.search(r'<details id="parity-afmoe".*?</details>', page, re.S)[0]
+    legend = re.findall(r'font-size="12" fill="#1e293b">([^<]*)</text>', chart)
+    assert "float32 · cpu · dynamic · sdpa (FAIL)" in legend and "float32 · cpu · dynamic · eager (FAIL)" in legend
+    assert "| model | cells | parity |" not in text.split("<details><summary>Models × checks")[0]  # no 20-column table unfolded
+
+
+def test_charts_count_steps_from_zero_like_the_messages(doc: dict[str, Any]) -> None:
+    chart = re.search(r'<details id="parity-tiny-gpt2".*?</details>', render_html(doc), re.S)[0]
+    ticks = re.findall(r'text-anchor="middle" font-size="11" fill="#475569">(\d+)</text>', chart)
+    assert ticks == ["0", "1", "2"]  # step_max_abs_delta[0] is the prefill, as in "from decode step 0"
+    assert "float32 (FAIL), step 0: 1.00e-06" in chart and "step 3" not in chart
+
+
+def test_labels_are_never_clipped(doc: dict[str, Any]) -> None:
+    for result in doc["results"]:
+        if (result.get("figure") or {}).get("bound") == "at_most":
+            result["figure"]["ratio"] = 0.5  # every dot passes: the limit is the right edge
+    overview = re.search(r'<svg class="chart overview".*?</svg>', render_html(doc), re.S)[0]
+    width = float(re.search(r'width="(\d+)"', overview)[1])
+    x, anchor = re.search(r'<text x="([\d.]+)" y="\d+" text-anchor="(\w+)" font-size="11" fill="#dc2626">limit</text>', overview).groups()
+    assert anchor == "end" or float(x) + charts.LIMIT_LABEL_PX <= width
+    long = make_result("afmoe", "float32", "parity", "fail", attn="flex_attention", cell_id="afmoe[float32-cpu-quantized-flex_attention]",
+                       cache="quantized", figure=figure(0.1, 1e-3), details={"step_max_abs_delta": [0.0, 0.1], "tolerance": 1e-3})
+    results = [long, {**long, "attn": "sdpa", "cell_id": "afmoe[float32-cpu-quantized]"}]
+    svg = charts.parity_chart("afmoe", results, charts.dtype_colours(make_doc(results)))
+    svg_width = float(re.search(r'width="(\d+)"', svg)[1])
+    label = "float32 · cpu · quantized · flex_attention (FAIL)"
+    assert label in svg and charts.WIDTH - charts.RIGHT + 20 + 32 + len(label) * charts.LEGEND_CHAR_PX <= svg_width

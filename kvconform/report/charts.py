@@ -18,6 +18,8 @@ MARKERS = ("circle", "square", "diamond", "triangle")
 
 # Chart geometry (pixels): plot area inside the margins, legend to the right of it.
 WIDTH, MIN_HEIGHT, LEFT, RIGHT, TOP, BOTTOM, LEGEND_ROW = 860, 300, 72, 290, 24, 48, 18
+#: Average width (pixels) of a 12 px legend character, with a margin.
+LEGEND_CHAR_PX = 7.2
 
 
 # --------------------------------------------------------------------------- parity charts
@@ -123,22 +125,25 @@ class _Axes:
             x = self.x(index)
             parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{self.y1}" y2="{self.y1 + 4}" stroke="#94a3b8"/>')
             parts.append(f'<text x="{x:.1f}" y="{self.y1 + 16}" text-anchor="middle" font-size="11" '
-                         f'fill="#475569">{index + 1}</text>')
+                         f'fill="#475569">{index}</text>')
         mid_y = (self.y0 + self.y1) / 2
         parts.append(f'<text x="{(self.x0 + self.x1) / 2:.1f}" y="{self.y1 + 36}" text-anchor="middle" '
-                     'font-size="12" fill="#1e293b">decode step</text>')
+                     'font-size="12" fill="#1e293b">decode step (0 = prefill)</text>')
         parts.append(f'<text transform="translate(16 {mid_y:.1f}) rotate(-90)" text-anchor="middle" '
                      'font-size="12" fill="#1e293b">max |Δ| per step (log)</text>')
         return parts
 
 
 def _series_label(result: dict[str, Any], detailed: bool) -> str:
-    label = result.get("dtype", "")
-    if detailed:
-        label += f" · {result.get('device', '')} · {result.get('cache', '')}"
+    label = views.cell_label(result) if detailed else result.get("dtype", "")
     if result.get("outcome") != "pass":
         label += f" ({views.outcome_label(result.get('outcome', ''))})"
     return label
+
+
+def legend_width(labels: list[str]) -> int:
+    """Pixels right of the plot that fit the longest legend label (line, marker, text and margins)."""
+    return math.ceil(20 + 32 + LEGEND_CHAR_PX * max((len(label) for label in labels), default=0) + 12)
 
 
 def _legend_line(x: float, y: float, colour: str, dashed: bool) -> str:
@@ -157,7 +162,7 @@ def _series(axes: _Axes, result: dict[str, Any], colour: str, shape: str, label:
     points = [(axes.x(i), axes.y(v)) for i, v in enumerate(steps)]
     line = (f'<polyline class="series" fill="none" stroke="{colour}" stroke-width="2" '
             f'points="{" ".join(f"{x:.1f},{y:.1f}" for x, y in points)}"/>')
-    return [line] + [_marker(shape, x, y, colour, f"{label}, step {i + 1}: {_fmt(v)}")
+    return [line] + [_marker(shape, x, y, colour, f"{label}, step {i}: {_fmt(v)}")
                      for i, ((x, y), v) in enumerate(zip(points, steps, strict=False))]
 
 
@@ -170,8 +175,10 @@ def parity_chart(model: str, results: list[dict[str, Any]], colours: dict[str, s
     n_steps = max(len(r["details"]["step_max_abs_delta"]) for r in results)
     axes = _Axes(n_steps, values + [t for _, t in tolerances], height)
     dtypes = [r.get("dtype", "") for r in results]
-    detailed = len(set(dtypes)) < len(dtypes)  # several cells share a dtype: name device and cache too
-    parts = [f'<svg class="chart" role="img" width="{WIDTH}" height="{height}" viewBox="0 0 {WIDTH} {height}">'
+    detailed = len(set(dtypes)) < len(dtypes)  # several cells share a dtype: name device, cache and attention too
+    labels = [_series_label(r, detailed) for r in results]
+    width = WIDTH + max(0, legend_width(labels + [f"{d} tolerance {_fmt(t)}" for d, t in tolerances]) - RIGHT)
+    parts = [f'<svg class="chart" role="img" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
              f"<title>Parity Δ per decode step: {escape(model)}</title>", *axes.grid()]
     for dtype, tolerance in tolerances:
         y = axes.y(tolerance)
@@ -179,7 +186,7 @@ def parity_chart(model: str, results: list[dict[str, Any]], colours: dict[str, s
                      f'stroke="{colours[dtype]}" stroke-width="1.5" stroke-dasharray="6 4"/>')
     legend_x, legend_y = WIDTH - RIGHT + 20, TOP + 8
     for index, result in enumerate(results):
-        dtype, label = dtypes[index], _series_label(result, detailed)
+        dtype, label = dtypes[index], labels[index]
         colour, shape = colours[dtype], MARKERS[dtypes[:index].count(dtype) % len(MARKERS)]
         peak = max(math.inf if math.isnan(v) else v for v in step_deltas(result))
         parts += _series(axes, result, colour, shape, label)
@@ -201,6 +208,8 @@ def parity_chart(model: str, results: list[dict[str, Any]], colours: dict[str, s
 #: Overview geometry (pixels): one row per dtype, a log-scale x axis of Δ ÷ limit.
 OVERVIEW_WIDTH, OVERVIEW_ROW, OVERVIEW_LEFT, OVERVIEW_RIGHT, OVERVIEW_TOP, OVERVIEW_BOTTOM = 1000, 88, 84, 24, 22, 66
 DOT = 3.0
+#: Width (pixels) of the 11 px "limit" label, with a margin.
+LIMIT_LABEL_PX = 30
 #: Dot colour per worst outcome (the rows already name the dtype).
 OUTCOME_COLOURS = {"pass": "#2563eb", "xfail": "#d97706", "xpass": "#9333ea", "fail": "#dc2626", "error": "#dc2626",
                    "crashed": "#dc2626"}
@@ -241,9 +250,11 @@ def overview_chart(peaks: list[dict[str, Any]]) -> str:
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{OVERVIEW_TOP}" y2="{y_bottom}" stroke="#e2e8f0"/>'
                      f'<text x="{x:.1f}" y="{y_bottom + 15}" text-anchor="middle" font-size="11" fill="#475569">{label}</text>')
     limit_x = x_of(1.0)
+    fits = limit_x + 4 + LIMIT_LABEL_PX <= OVERVIEW_WIDTH  # else the label goes left of the line, never clipped
+    label_x, anchor = (limit_x + 4, "start") if fits else (limit_x - 4, "end")
     parts.append(f'<line x1="{limit_x:.1f}" x2="{limit_x:.1f}" y1="{OVERVIEW_TOP - 6}" y2="{y_bottom}" stroke="#dc2626" '
-                 f'stroke-width="1.5" stroke-dasharray="6 4"/><text x="{limit_x + 4:.1f}" y="{OVERVIEW_TOP - 8}" '
-                 'font-size="11" fill="#dc2626">limit</text>')
+                 f'stroke-width="1.5" stroke-dasharray="6 4"/><text x="{label_x:.1f}" y="{OVERVIEW_TOP - 8}" '
+                 f'text-anchor="{anchor}" font-size="11" fill="#dc2626">limit</text>')
     parts.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{y_bottom + 34}" text-anchor="middle" font-size="12" fill="#1e293b">'
                  "peak |Δ| ÷ limit (log scale; pass ≤ 1)</text>")
     for row, dtype in enumerate(dtypes):

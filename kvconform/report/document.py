@@ -11,6 +11,7 @@ import copy
 import json
 import math
 import os
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -61,14 +62,90 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON (non-finite numbers are written as null)")
 
 
+# --------------------------------------------------------------------------- shared message text
+
+#: Numbers inside a message: a template's arguments (``1.23e-05``, ``14,336``, ``7``).
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*(?:e[+-]?\d+)?")
+#: Where a template takes its next argument (a control character no message holds).
+SLOT = "\x1f"
+#: The schema version before messages were written as templates; :func:`load_document` still reads it.
+_UNPACKED_VERSION = 2
+
+
+def _template(message: str) -> tuple[str, list[str]]:
+    return _NUMBER.sub(SLOT, message), _NUMBER.findall(message)
+
+
+def fill_template(template: str, args: Sequence[str]) -> str:
+    """The message a template and its arguments stand for (``SLOT`` by ``SLOT``)."""
+    parts = template.split(SLOT)
+    if len(parts) != len(args) + 1:
+        raise ValueError(f"message template takes {len(parts) - 1} numbers, got {len(args)}")
+    return "".join(part + arg for part, arg in zip(parts, [*args, ""], strict=True))
+
+
+def _test_name(result: dict[str, Any]) -> str:
+    """The pytest test name a result's node id ends with (``test_parity[llama[float32-cpu-dynamic]]``)."""
+    return f"test_{result.get('check')}[{result.get('cell_id')}]"
+
+
+def pack_messages(doc: Doc) -> Doc:
+    """A copy of ``doc`` whose messages that share their text but for numbers are ``[template index, numbers…]``
+    and whose node ids that end in the usual test name keep only their file.
+
+    The templates are stated once, in ``message_templates``; a template used by one message only
+    leaves that message a plain string.
+    """
+    results = doc.get("results", [])
+    split = [_template(r["message"]) if isinstance(r.get("message"), str) and SLOT not in r["message"] else None
+             for r in results]
+    uses = Counter(item[0] for item in split if item and item[1])
+    index: dict[str, int] = {}
+    packed = []
+    for result, item in zip(results, split, strict=True):
+        if item and uses[item[0]] > 1:
+            result = {**result, "message": [index.setdefault(item[0], len(index)), *item[1]]}
+        nodeid = result.get("nodeid")
+        if isinstance(nodeid, str) and nodeid.endswith("::" + _test_name(result)):
+            result = {**result, "nodeid": nodeid.removesuffix("::" + _test_name(result))}
+        packed.append(result)
+    return {**doc, "results": packed, **({"message_templates": list(index)} if index else {})}
+
+
+def unpack_messages(doc: Any) -> Any:
+    """``doc`` with every packed message and node id written out (:func:`pack_messages` undone); a report of the
+    version before templates comes back as the current version. Malformed packing is left for the validator."""
+    if not isinstance(doc, dict):
+        return doc
+    if doc.get("schema_version") == _UNPACKED_VERSION and "message_templates" not in doc:
+        return {**doc, "schema_version": SCHEMA_VERSION}
+    templates = doc.get("message_templates", [])
+    if not isinstance(templates, list) or not isinstance(doc.get("results"), list):
+        return doc
+    results = []
+    for result in doc["results"]:
+        packed = result.get("message") if isinstance(result, dict) else None
+        if (isinstance(packed, list) and packed and isinstance(packed[0], int) and 0 <= packed[0] < len(templates)
+                and all(isinstance(a, str) for a in packed[1:])):
+            try:
+                result = {**result, "message": fill_template(templates[packed[0]], packed[1:])}
+            except ValueError:
+                pass  # the validator names the message that is not a string
+        nodeid = result.get("nodeid") if isinstance(result, dict) else None
+        if isinstance(nodeid, str) and nodeid and "::" not in nodeid:
+            result = {**result, "nodeid": f"{nodeid}::{_test_name(result)}"}
+        results.append(result)
+    return {key: value for key, value in doc.items() if key != "message_templates"} | {"results": results}
+
+
 def load_document(path: str | os.PathLike[str]) -> Doc:
-    """Read and check one ``conformance.json``; raise :class:`ReportError` naming the file."""
+    """Read and check one ``conformance.json`` (messages written out); raise :class:`ReportError` naming the file."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ReportError(f"cannot read {path}: {exc}") from exc
     try:
-        doc = json.loads(text, parse_constant=_reject_constant)
+        doc = unpack_messages(json.loads(text, parse_constant=_reject_constant))
     except ValueError as exc:
         raise ReportError(f"{path} is not valid JSON: {exc}") from exc
     problems = validate_document(doc)
@@ -259,5 +336,14 @@ def strip_volatile(doc: Doc) -> Doc:
 
 
 def document_json(doc: Doc) -> str:
-    """Canonical JSON text of a document (sorted keys, indent 2); raises ``ValueError`` on NaN/inf."""
-    return json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    """Canonical JSON text of a document: messages packed (:func:`pack_messages`), sorted keys, one line per
+    result; raises ``ValueError`` on NaN/inf."""
+    packed = pack_messages(doc)
+
+    def dump(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+    rows = ",\n".join(dump(result) for result in packed["results"])
+    fields = ['"results":[\n' + rows + "\n]" if key == "results" else f"{dump(key)}:{dump(packed[key])}"
+              for key in sorted(packed)]
+    return "{\n" + ",\n".join(fields) + "\n}\n"

@@ -27,7 +27,11 @@ th, td { border: 1px solid #cbd5e1; padding: .25rem .55rem; text-align: left; ve
 th { background: #f1f5f9; font-weight: 600; }
 table.env th { width: 11rem; }
 td.reason { max-width: 46rem; }
-table.cells td, table.models td { white-space: nowrap; }
+table.models, table.cells { font-size: .8rem; } table.models thead th, table.cells thead th { overflow-wrap: anywhere; }
+table.cells tbody th { font-weight: normal; background: none; white-space: nowrap; }
+.wide { overflow-x: auto; max-width: 100%; }
+table.cells td { padding: .15rem .35rem; } table.cells td:not([class]) { background: #dcfce7; }
+table.cells td:empty { background: none; }
 code, pre, .fig { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 .fig { font-size: .82em; color: #475569; margin-left: .35rem; }
 td.o-pass { background: #dcfce7; }
@@ -76,9 +80,15 @@ def _head(doc: Doc) -> str:
                 else "t-xfail" if outcome == "xfail" and n else "")
         badges.append(f'<span class="{kind}">{n} {escape(views.TOTAL_WORDS.get(outcome, outcome))}</span>')
     badges.append(f"<span>{views.counted(views.cells_ran(doc), 'cell')} ran</span>")
-    not_run = "".join(f"<li>{escape(line)}</li>" for line in views.not_run(doc))
-    return (f'<p class="sub">{escape(views.header_line(doc))}</p>{banner}<p class="totals">{"".join(badges)}</p>'
-            + (f'<ul class="notrun">{not_run}</ul>' if not_run else ""))
+    return f'{banner}<p class="totals">{"".join(badges)}</p><p class="sub">{escape(views.header_line(doc))}</p>'
+
+
+def _not_run(doc: Doc) -> str:
+    lines = "".join(f"<li>{escape(line)}</li>" for line in views.not_run(doc))
+    if not lines:
+        return ""
+    return (f'<details class="section"><summary>{escape(views.not_run_title(doc))}</summary>'
+            f'<ul class="notrun">{lines}</ul></details>')
 
 
 def _attention(doc: Doc) -> str:
@@ -87,7 +97,7 @@ def _attention(doc: Doc) -> str:
         return "<h2>Needs attention (0)</h2><p><em>Nothing: no failures, errors, crashes or unexpected passes.</em></p>"
     rows = [_row([f'<td class="o-{escape(item["outcome"])}"><a href="#{item["anchor"]}">'
                   f'{escape(views.outcome_label(item["outcome"]))}</a></td>',
-                  _td(", ".join(item["checks"])), _td(item["cell_id"]), _td(item["figures"]), _td(item["diagnosis"], "reason")])
+                  _td(", ".join(item["checks"])), _td(item["label"]), _td(item["figures"]), _td(item["diagnosis"], "reason")])
             for item in found]
     return (f"<h2>Needs attention ({sum(len(item['results']) for item in found)})</h2>"
             + _table(["outcome", "checks", "cell", "measured / limit", "diagnosis"], rows))
@@ -141,10 +151,14 @@ def _models(doc: Doc) -> str:
     if not rows:
         return "<h2>Models (0)</h2><p><em>No results.</em></p>"
     checks, anchors = views.check_names(doc), views.attention_anchors(doc)
-    body = [_row([_td(r["label"]), _td(r["cells"]), *(_model_cell(r["checks"].get(c), anchors) for c in checks)])
-            for r in rows]
+    short = [_row([_td(r["label"]), _td(r["cells"]),
+                   *(_td(text, f"o-{r['outcome']}" if key == "outcome" else "reason" if key == "not_passing" else "")
+                     for key, text in views.model_overview(r).items())]) for r in rows]
+    body = [_row([_td(r["label"]), *(_model_cell(r["checks"].get(c), anchors) for c in checks)]) for r in rows]
     note = views.figures_note(doc) + " Worst over each model's cells."
-    return f"<h2>Models ({len(rows)})</h2><p>{escape(note)}</p>" + _table(["model", "cells", *checks], body, "models")
+    return (f"<h2>Models ({len(rows)})</h2>" + _table(list(views.MODELS_COLUMNS), short)
+            + f'<details><summary>Models × checks</summary><p>{escape(note)}</p><div class="wide">'
+            + _table(["model", *checks], body, "models") + "</div></details>")
 
 
 def _step_charts(doc: Doc) -> str:
@@ -173,8 +187,8 @@ def _details(doc: Doc) -> str:
         return ""
     parts = ["<h2>Details</h2>"]
     for item in found:
-        title = f"{views.outcome_label(item['outcome'])}: {', '.join(item['checks'])} · {item['cell_id']}"
-        meta = []
+        title = f"{views.outcome_label(item['outcome'])}: {', '.join(item['checks'])} · {item['label']}"
+        meta = [f"cell <code>{escape(item['cell_id'])}</code>"]
         if item["figures"]:
             first = item["results"][0]
             meta.append(f"measured <code>{escape(first.get('measured', ''))}</code>"
@@ -207,31 +221,49 @@ def _provenance(doc: Doc) -> str:
 
 
 def _cell(result: dict[str, Any] | None, anchors: dict[tuple[str, str], str]) -> str:
+    """One per-cell table entry in short markup (end tags omitted; a pass has no class, a check that did not
+    run is empty): the default matrix's table has ~4·10⁴ of them."""
     if result is None:
-        return '<td class="o-none">—</td>'
-    figure = views.figure_text(result)
-    label = "" if result["outcome"] == "pass" and figure else escape(views.outcome_label(result["outcome"]))
+        return "<td>"
+    figure = escape(views.figure_text(result))
+    if result["outcome"] == "pass" and figure:
+        return f"<td>{figure}"
+    label = escape(views.outcome_label(result["outcome"]))
     target = anchors.get((result["cell_id"], result["check"]))
     if target:
-        label = f'<a href="#{target}">{label}</a>'
-    return f'<td class="o-{escape(result["outcome"])}">{label}' + (f'<span class="fig">{escape(figure)}</span>' if figure else "") + "</td>"
+        label = f"<a href=#{target}>{label}</a>"
+    return f"<td class=o-{escape(result['outcome'])}>{label}" + (f" <span class=fig>{figure}</span>" if figure else "")
 
 
 def _cells(doc: Doc) -> str:
+    """The cells with a result that did not pass, per model (the page stays small: the figures of every cell
+    are in the Markdown report and the JSON)."""
     rows = views.cell_rows(doc)
-    if not rows:
-        return ""
+    shown = [r for r in rows if any(res["outcome"] != "pass" for res in r["checks"].values())]
+    if not shown:
+        return f"<p>All {views.counted(len(rows), 'cell')} passed every check they ran.</p>" if rows else ""
     checks, anchors = views.check_names(doc), views.attention_anchors(doc)
-    body = [_row([_td(r["model"]), _td(f"{r['dtype']} · {r['device']} · {r['cache']}"),
-                  *(_cell(r["checks"].get(c), anchors) for c in checks)]) for r in rows]
-    return (f'<details class="section"><summary>All cells ({len(rows)})</summary><p>{escape(views.figures_note(doc))}</p>'
-            + _table(["model", "dtype · device · cache", *checks], body, "cells") + "</details>")
+    per_model: dict[str, list[dict[str, Any]]] = {}
+    for row in shown:
+        per_model.setdefault(row["model"], []).append(row)
+    bodies = []
+    for model, mine in per_model.items():
+        lines = [f"<tr><th>{escape(views.cell_label(r))}" + "".join(_cell(r["checks"].get(c), anchors) for c in checks)
+                 for r in mine]
+        lines[0] = f"<tr><th rowspan={len(mine)}>{escape(model)}" + lines[0].removeprefix("<tr>")
+        bodies.append("<tbody>" + "".join(lines))
+    head = "".join(f"<th>{escape(h)}</th>" for h in ["model", "dtype · device · cache · attention", *checks])
+    note = (f"{views.counted(len(rows) - len(shown), 'other cell')} passed every check they ran; conformance.md and "
+            f"conformance.json have the figures of every cell. {views.figures_note(doc)}")
+    return (f'<details class="section"><summary>Cells that did not pass every check ({len(shown)} of {len(rows)})'
+            f'</summary><p>{escape(note)}</p><div class="wide"><table class="cells"><thead><tr>{head}</tr></thead>'
+            f'{"".join(bodies)}</table></div></details>')
 
 
 def render_html(doc: Doc) -> str:
     """The full report as one self-contained HTML page (no scripts, no external resources)."""
-    body = ["<h1>KV cache conformance report</h1>", _head(doc), _attention(doc), _known_failures(doc), _excluded(doc),
-            _overview(doc), _models(doc), _step_charts(doc), _details(doc), _provenance(doc), _cells(doc)]
+    body = ["<h1>KV cache conformance report</h1>", _head(doc), _attention(doc), _known_failures(doc), _overview(doc),
+            _models(doc), _step_charts(doc), _details(doc), _excluded(doc), _provenance(doc), _cells(doc), _not_run(doc)]
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
             f"<title>KV cache conformance report</title>\n<style>{CSS}</style>\n</head>\n<body>\n"

@@ -1,9 +1,11 @@
 """JUnit XML of a report (``conformance.junit.xml``) for CI test views, with figures as properties.
 
-One ``testcase`` per result (classname ``kvconform.<model>``, name the pytest test id) carrying
-``measured``/``limit`` (display text), ``measured_value``/``limit_value``/``unit``/``bound``/``ratio``
-(numbers), ``outcome`` and, for known failures, ``reason`` and ``xfail_kind``. Failures and xpasses
-are ``<failure>``, errors and crashes ``<error>``, known failures ``<skipped type="xfail">``; checks
+One ``testcase`` per result (classname ``kvconform.<model>``, name the pytest test id). A result that
+did not pass carries ``measured``/``limit`` (display text), ``measured_value``/``limit_value``/``unit``/
+``bound``/``ratio`` (numbers), ``outcome`` and, for known failures, ``reason`` and ``xfail_kind``; a
+pass with a figure carries only :data:`PASS_PROPERTIES` (its numbers). Only failures, xpasses, errors
+and crashes carry their message in full (``<failure>``/``<error>``); known failures are
+``<skipped type="xfail">`` with their reason (their message is in the JSON); checks
 that never ran are one skipped testcase per reason, and an incomplete run is one ``<error type="incomplete">``
 testcase, so a CI test view does not show a stopped run as green.
 """
@@ -28,6 +30,11 @@ def _text(value: Any) -> str:
     return _NOT_XML.sub("", text)
 
 
+#: The properties of a passing testcase with a figure: its two numbers (the display texts, unit, bound and
+#: ratio are in the JSON).
+PASS_PROPERTIES = ("measured_value", "limit_value")
+
+
 def _properties(result: dict[str, Any]) -> dict[str, Any]:
     figure = result.get("figure") or {}
     props: dict[str, Any] = {"outcome": result["outcome"], "measured": result.get("measured", ""),
@@ -40,6 +47,8 @@ def _properties(result: dict[str, Any]) -> dict[str, Any]:
             props[key] = result[key]
     if result.get("nonfinite"):
         props["nonfinite"] = ", ".join(result["nonfinite"])
+    if result["outcome"] == "pass" and figure and not result.get("nonfinite"):
+        return {key: props[key] for key in PASS_PROPERTIES}
     return props
 
 
@@ -53,12 +62,12 @@ def _testcase(parent: ET.Element, result: dict[str, Any]) -> str:
         ET.SubElement(props, "property", name=name, value=_text(value))
     outcome, message = result["outcome"], _text(result.get("message", ""))
     if outcome in ("fail", "xpass"):
-        head = f"XPASS: {result.get('reason', '')}" if outcome == "xpass" else views.first_line(message)
+        head = f"XPASS: {result.get('reason', '')}" if outcome == "xpass" else views.diagnosis(result)
         ET.SubElement(case, "failure", type=outcome, message=_text(head)).text = message
     elif outcome in ("error", "crashed"):
-        ET.SubElement(case, "error", type=outcome, message=_text(views.first_line(message))).text = message
+        ET.SubElement(case, "error", type=outcome, message=_text(views.diagnosis(result))).text = message
     elif outcome == "xfail":
-        ET.SubElement(case, "skipped", type="xfail", message=_text(result.get("reason", ""))).text = message
+        ET.SubElement(case, "skipped", type="xfail", message=_text(result.get("reason", "")))
     return outcome
 
 

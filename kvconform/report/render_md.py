@@ -1,4 +1,4 @@
-"""The Markdown report (``conformance.md``, also the GitHub job summary), attention first."""
+"""The Markdown report (``conformance.md``, also the GitHub job summary): the verdict, then what needs attention."""
 
 from __future__ import annotations
 
@@ -34,16 +34,22 @@ def code_fence(text: str) -> str:
 
 def _head(doc: Doc) -> list[str]:
     lines = [f"> {BANNER_MARK[level]} **{md_cell(text)}**" for level, text in views.banner(doc)]
-    totals = f"**Totals:** {views.totals_line(doc)}"
-    not_run = [f"- {md_cell(line)}" for line in views.not_run(doc)]
-    return ["\n>\n".join(lines), "\n".join([totals, *not_run]), f"_{md_cell(views.header_line(doc))}_"]
+    return ["\n>\n".join(lines), f"**Totals:** {views.totals_line(doc)}", f"_{md_cell(views.header_line(doc))}_"]
+
+
+def _not_run(doc: Doc) -> list[str]:
+    lines = views.not_run(doc)
+    if not lines:
+        return []
+    items = "\n".join(f"- {md_cell(line)}" for line in lines)
+    return [f"<details><summary>{views.not_run_title(doc)}</summary>\n\n{items}\n\n</details>"]
 
 
 def _attention(doc: Doc) -> list[str]:
     found = views.attention(doc)
     if not found:
         return ["## Needs attention (0)", "_Nothing: no failures, errors, crashes or unexpected passes._"]
-    rows = [[views.outcome_label(item["outcome"]), ", ".join(item["checks"]), f"[{md_cell(item['cell_id'])}](#{item['anchor']})",
+    rows = [[views.outcome_label(item["outcome"]), ", ".join(item["checks"]), f"[{item['label']}](#{item['anchor']})",
              item["figures"], item["diagnosis"]] for item in found]
     return [f"## Needs attention ({sum(len(item['results']) for item in found)})",
             table(["outcome", "checks", "cell", "measured / limit", "diagnosis"], rows)]
@@ -79,9 +85,11 @@ def _models(doc: Doc) -> list[str]:
     if not rows:
         return ["## Models (0)", "_No results._"]
     checks, anchors = views.check_names(doc), views.attention_anchors(doc)
-    body = [[row["label"], row["cells"], *(_model_cell(row["checks"].get(c), anchors) for c in checks)] for row in rows]
-    return [f"## Models ({len(rows)})", views.figures_note(doc) + " Worst over each model's cells.",
-            table(["model", "cells", *checks], body)]
+    short = [[row["label"], row["cells"], *views.model_overview(row).values()] for row in rows]
+    body = [[row["label"], *(_model_cell(row["checks"].get(c), anchors) for c in checks)] for row in rows]
+    return [f"## Models ({len(rows)})", table(list(views.MODELS_COLUMNS), short),
+            f"<details><summary>Models × checks</summary>\n\n{views.figures_note(doc)} Worst over each model's cells."
+            f"\n\n{table(['model', *checks], body)}\n\n</details>"]
 
 
 def _details(doc: Doc) -> list[str]:
@@ -91,7 +99,8 @@ def _details(doc: Doc) -> list[str]:
     sections = ["## Details"]
     for item in found:
         lines = [f'<a id="{item["anchor"]}"></a>',
-                 f"### {views.outcome_label(item['outcome'])}: {', '.join(item['checks'])} · {md_cell(item['cell_id'])}", ""]
+                 f"### {views.outcome_label(item['outcome'])}: {', '.join(item['checks'])} · {md_cell(item['label'])}", "",
+                 f"- cell: `{item['cell_id']}`"]
         if item["figures"]:
             first = item["results"][0]
             lines.append(f"- measured: `{first.get('measured', '')}` (limit `{first.get('limit', '')}`)")
@@ -123,14 +132,14 @@ def _cells(doc: Doc) -> list[str]:
     if not rows:
         return []
     checks = views.check_names(doc)
-    body = [[row["model"], f"{row['dtype']} · {row['device']} · {row['cache']}",
+    body = [[row["model"], views.cell_label(row),
              *(views.cell_text(row["checks"].get(c)) for c in checks)] for row in rows]
     return [f"<details><summary>All cells ({len(rows)})</summary>\n\n{views.figures_note(doc)}\n\n"
-            f"{table(['model', 'dtype · device · cache', *checks], body)}\n\n</details>"]
+            f"{table(['model', 'dtype · device · cache · attention', *checks], body)}\n\n</details>"]
 
 
 def render_markdown(doc: Doc) -> str:
     """The full Markdown report; the same document always gives the same text."""
     sections = ["# KV cache conformance report", *_head(doc), *_attention(doc), *_known_failures(doc),
-                *_excluded(doc), *_models(doc), *_details(doc), *_provenance(doc), *_cells(doc)]
+                *_models(doc), *_details(doc), *_excluded(doc), *_provenance(doc), *_cells(doc), *_not_run(doc)]
     return "\n\n".join(sections) + "\n"

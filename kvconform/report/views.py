@@ -1,10 +1,11 @@
 """What the human-readable reports show, as plain data: the Markdown, HTML and JUnit writers
 render these views and know nothing else about the document's layout.
 
-Order of a report (attention first): a banner (an incomplete run or an empty shard, then the
-verdict), totals with the never-run counts, the results that need attention, known failures grouped
-by model, excluded architectures, one row per model, the details of each result that needs
-attention, provenance, and the full per-cell table last.
+Order of a report (the verdict first): a banner (an incomplete run or an empty shard, then the
+verdict), the totals, the results that need attention (failures with their diagnosis tag, XPASS,
+errors), known failures grouped by model, one row per model, the details of each result that needs
+attention, excluded architectures, provenance, the full per-cell table and, folded last, the checks
+that never ran counted by (grouped) reason.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from kvconform.run_status import banners
 #: Checks in column order; unknown checks follow alphabetically.
 #: Outcomes that make a run red.
 BAD_OUTCOMES = ("fail", "error", "crashed")
-#: Outcomes listed under "Needs attention", most severe first.
-ATTENTION = ("crashed", "error", "fail", "xpass")
+#: Outcomes listed under "Needs attention", in their order there: failures, then XPASS, then errors.
+ATTENTION = ("fail", "xpass", "error", "crashed")
 #: Most severe first: a group of results shows its first outcome in this order.
 SEVERITY = ("crashed", "error", "fail", "xpass", "xfail", "pass")
 OUTCOME_LABELS = {"pass": "pass", "fail": "FAIL", "skip": "skip", "xfail": "xfail", "xpass": "XPASS",
@@ -131,6 +132,38 @@ def first_line(text: str, width: int = 160) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
+#: Diagnosis tags the checks put in a message; a table shows them in full, first.
+DIAGNOSIS_TAGS = ("top-k ties", "near-tie selections", "cache fault")
+_TAG = re.compile(r"\[(" + "|".join(re.escape(t) for t in DIAGNOSIS_TAGS) + r")\]")
+
+
+def diagnosis_tag(result: dict[str, Any]) -> str:
+    """``[top-k ties]``-style tag of a result: its ``details.diagnosis``, else the first tag in its message."""
+    tag = (result.get("details") or {}).get("diagnosis")
+    if isinstance(tag, str) and tag:
+        return f"[{tag}]"
+    found = _TAG.search(result.get("message", ""))
+    return found.group(0) if found else ""
+
+
+def diagnosis(result: dict[str, Any], width: int = 160) -> str:
+    """The table text of a message: its diagnosis tag in full, then the first line (cut to ``width``)."""
+    tag = diagnosis_tag(result)
+    line = first_line(_TAG.sub("", result.get("message", "")).replace("  ", " ") if tag else result.get("message", ""),
+                      width)
+    return f"{tag} {line}".strip()
+
+
+def cell_label(row: dict[str, Any]) -> str:
+    """``float32 · cpu · dynamic · eager``: a cell's dtype, device, cache and attention (when the report has it)."""
+    return " · ".join(str(row[k]) for k in ("dtype", "device", "cache", "attn") if row.get(k))
+
+
+def cell_name(row: dict[str, Any]) -> str:
+    """``afmoe | float32 · cpu · dynamic · eager``."""
+    return f"{row.get('model', '')} | {cell_label(row)}"
+
+
 # --------------------------------------------------------------------------- totals and banner
 
 
@@ -160,10 +193,67 @@ def totals_line(doc: Doc) -> str:
     return f"{', '.join(parts)} ({counted(cells_ran(doc), 'cell')} ran){missing}"
 
 
+#: Reasons that differ only in a detail (a layer-type set, a class name) and count as one line.
+REASON_GROUPS = (
+    (re.compile(r"^(not applicable: transformers builds no QuantizedCache\(backend='fp8'\) for this config: ValueError: "
+                r"`QuantizedCache` is only supported for models with only full attention layers)\..*", re.S),
+     r"\1 (the models' layer types differ)"),
+    (re.compile(r"^(.*generate\(\) refuses assisted decoding for) \w+ (\(.*)$", re.S), r"\1 the model's class \2"),
+)
+
+
+def reason_group(reason: str) -> str:
+    """The line ``reason`` is counted under (:data:`REASON_GROUPS`), else the reason itself."""
+    for pattern, replacement in REASON_GROUPS:
+        if pattern.match(reason):
+            return pattern.sub(replacement, reason)
+    return reason
+
+
+def _models_by_reason(doc: Doc) -> dict[str, set[str]]:
+    """Per never-run reason the models it concerns, from the document's plan (empty without one)."""
+    plan = doc.get("plan") or {}
+    found: dict[str, set[str]] = {}
+    for group in [*plan.get("unplanned", []), *plan.get("not_applicable", [])]:
+        members = group.get("cells", group.get("keys", []))
+        found.setdefault(group.get("reason", ""), set()).update(str(m).split("[")[0] for m in members)
+    return found
+
+
+def not_run_groups(doc: Doc) -> list[dict[str, Any]]:
+    """Never-run counts merged by :func:`reason_group`, most checks first.
+
+    Each: ``reason`` (the group's line), ``checks``, ``cells``, ``models`` (a count, or ``None`` when the
+    document has no plan naming them) and ``variants`` (how many distinct reasons it merged).
+    """
+    models = _models_by_reason(doc)
+    groups: dict[str, dict[str, Any]] = {}
+    for entry in doc.get("not_run", []):
+        line = reason_group(entry["reason"])
+        group = groups.setdefault(line, {"reason": line, "checks": 0, "cells": 0, "models": set(), "variants": 0,
+                                         "known": True})
+        group["checks"] += entry["checks"]
+        group["cells"] += entry["cells"]
+        group["variants"] += 1
+        group["known"] &= entry["reason"] in models
+        group["models"] |= models.get(entry["reason"], set())
+    return [{**g, "models": len(g["models"]) if g.pop("known") else None}
+            for g in sorted(groups.values(), key=lambda g: (-g["checks"], g["reason"]))]
+
+
 def not_run(doc: Doc) -> list[str]:
-    """One line per reason checks never ran, most first: ``not run: 4 checks in 1 cell: <reason>``."""
-    return [f"not run: {counted(g['checks'], 'check')} in {counted(g['cells'], 'cell')}: {g['reason']}"
-            for g in doc.get("not_run", [])]
+    """One line per (grouped) reason checks never ran, most first: ``4 checks in 1 cell (1 model): <reason>``."""
+    lines = []
+    for g in not_run_groups(doc):
+        models = f" of {counted(g['models'], 'model')}" if g["models"] is not None else ""
+        lines.append(f"{counted(g['checks'], 'check')} in {counted(g['cells'], 'cell')}{models}: {g['reason']}")
+    return lines
+
+
+def not_run_title(doc: Doc) -> str:
+    """``Not run (542 checks, 3 reasons)``."""
+    groups = not_run_groups(doc)
+    return f"Not run ({counted(sum(g['checks'] for g in groups), 'check')}, {counted(len(groups), 'reason')})"
 
 
 def banner(doc: Doc) -> list[tuple[str, str]]:
@@ -187,12 +277,13 @@ def banner(doc: Doc) -> list[tuple[str, str]]:
 
 
 def attention(doc: Doc) -> list[dict[str, Any]]:
-    """Failures, errors, crashes and xpasses, most severe first, then by cell.
+    """Failures, xpasses, errors and crashes in the order of :data:`ATTENTION`, then by cell.
 
     Results of one cell with the same outcome and message (a model that could not be built fails
     every check alike) form one item: ``outcome``, ``cell_id``, ``checks``, ``results``, ``anchor``
-    (fragment id of its details), ``figures`` (measured / limit text of a single check),
-    ``diagnosis`` (the reason of an xpass, else the message's first line) and ``rerun`` (a command).
+    (fragment id of its details), ``figures`` (measured / limit text of a single check), ``label``
+    (model, dtype, device, cache and attention), ``diagnosis`` (the reason of an xpass, else the message's
+    diagnosis tag in full and its first line) and ``rerun`` (a command).
     """
     rank = {o: i for i, o in enumerate(ATTENTION)}
     order = {c: i for i, c in enumerate(check_names(doc))}
@@ -211,7 +302,7 @@ def attention(doc: Doc) -> list[dict[str, Any]]:
             "outcome": outcome, "cell_id": cell_id, "model": first["model"],
             "checks": [r["check"] for r in results],
             "results": results, "anchor": _slug(f"{outcome}-{cell_id}-{first['check']}"), "figures": figures,
-            "diagnosis": first.get("reason") or first_line(message), "message": message, "reason": evidence(first),
+            "diagnosis": first.get("reason") or diagnosis(first), "label": cell_name(first), "message": message, "reason": evidence(first),
             "xfail_kind": first.get("xfail_kind", ""), "rerun": _rerun(results),
         })
     return items
@@ -323,6 +414,20 @@ def model_rows(doc: Doc) -> list[dict[str, Any]]:
     return rows
 
 
+def model_overview(row: dict[str, Any]) -> dict[str, str]:
+    """The short Models table's texts of one :func:`model_rows` row: ``outcome``, ``worst`` (the largest
+    Δ ÷ limit and its check) and ``not_passing`` (``crop FAIL, parity xfail 2/6``, or empty)."""
+    ratios = [(s["ratio"], check) for check, s in row["checks"].items() if s["ratio"] is not None]
+    worst = max(ratios, default=None)
+    not_passing = [f"{check} {s['text']}".strip() if s["ratio"] is None else f"{check} {outcome_label(s['outcome'])}"
+                   for check, s in row["checks"].items() if s["outcome"] != "pass"]
+    return {"outcome": outcome_label(row["outcome"]), "worst": f"{format_ratio(worst[0])} ({worst[1]})" if worst else "—",
+            "not_passing": ", ".join(not_passing)}
+
+
+MODELS_COLUMNS = ("model", "cells", "outcome", "worst Δ/limit", "not passing")
+
+
 def _check_summary(results: list[dict[str, Any]]) -> dict[str, Any]:
     outcome = worst_outcome([r["outcome"] for r in results])
     not_pass = sum(r["outcome"] != "pass" for r in results)
@@ -342,10 +447,10 @@ def cell_rows(doc: Doc) -> list[dict[str, Any]]:
     """One row per cell that ran: ``cell_id``, ``model``, ``dtype``, ``device``, ``cache`` and ``checks``."""
     rows: dict[str, dict[str, Any]] = {}
     for result in sorted_results(doc):
-        row = rows.setdefault(result["cell_id"], {k: result.get(k, "") for k in ("cell_id", "model", "dtype", "device", "cache")}
+        row = rows.setdefault(result["cell_id"], {k: result.get(k, "") for k in ("cell_id", "model", "dtype", "device", "cache", "attn")}
                               | {"checks": {}})
         row["checks"][result.get("check", "")] = result
-    return sorted(rows.values(), key=lambda r: (r["model"], r["dtype"], r["device"], r["cache"], r["cell_id"]))
+    return sorted(rows.values(), key=lambda r: (r["model"], r["dtype"], r["device"], r["cache"], r["attn"], r["cell_id"]))
 
 
 def cell_text(result: dict[str, Any] | None) -> str:
