@@ -20,7 +20,7 @@ XFAIL_REASON = "model bug: BambaModel defaults position_ids to arange(seq_len) w
 XPASS_REASON = "not testable: report-test: listed as failing although it passes"
 SKIP_REASON = "missing: checkpoint folder does/not/exist does not exist (fix the path in the matrix or --model)"
 BAMBA, LLAMA = "bamba[float32-cpu-dynamic]", "llama-gqa[float32-cpu-dynamic]"
-RAN = ("parity", "growth", "shapes", "bytes")
+RAN = ("parity", "kv_parity", "growth", "shapes", "bytes")
 
 
 @pytest.fixture
