@@ -43,7 +43,7 @@ def test_every_outcome_and_its_reason_is_in_the_json(serial: Run) -> None:
     doc = serial.doc()  # schema-checked
     outcomes = {key: row["outcome"] for key, row in serial.rows().items()}
     assert outcomes == {(cell, check): "pass" for cell in (BAMBA, LLAMA) for check in RAN} | {
-        (BAMBA, "parity"): "xfail", (LLAMA, "growth"): "xpass"}
+        (BAMBA, "parity"): "xfail", (BAMBA, "kv_parity"): "xfail", (LLAMA, "growth"): "xpass"}
     rows = serial.rows()
     assert (rows[(BAMBA, "parity")]["reason"], rows[(BAMBA, "parity")]["xfail_kind"]) == (XFAIL_REASON, "model bug")
     assert "cached logits diverge" in rows[(BAMBA, "parity")]["message"]  # the diagnosis stays next to the reason
@@ -85,9 +85,9 @@ def test_markdown_and_html_carry_every_reason(serial: Run) -> None:
         for reason in (evidence, XPASS_REASON, SKIP_REASON):
             assert reason in text, f"{suffix} lacks {reason!r}"
     markdown = texts(serial)["md"]
-    assert "| bamba | model bug | parity | float32 |" in markdown and markdown.index(evidence) < markdown.index("## Models")
+    assert "| bamba | model bug | parity, kv_parity | float32 |" in markdown and markdown.index(evidence) < markdown.index("## Models")
     assert XFAIL_REASON not in markdown  # the kind is not repeated in front of the evidence
-    assert f"- not run: 4 checks in 1 cell: {SKIP_REASON}" in markdown
+    assert f"- not run: 5 checks in 1 cell: {SKIP_REASON}" in markdown
     attention = markdown.split("## Needs attention (1)")[1].split("##")[0]
     assert f"| XPASS | growth | [{LLAMA}]" in attention and XPASS_REASON in attention
 
