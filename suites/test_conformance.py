@@ -19,6 +19,12 @@ def test_parity(cell, outcome, verdict):
     verdict(run("parity", cell, outcome))
 
 
+@pytest.mark.kvconform_check("kv_parity")
+def test_kv_parity(cell, outcome, verdict):
+    """Every layer's stored K/V at every position match one fresh pass over the final sequence."""
+    verdict(run("kv_parity", cell, outcome))
+
+
 def test_growth(cell, outcome, verdict):
     """The cache grows by exactly one position per step; each layer keeps what its type keeps."""
     verdict(run("growth", cell, outcome))

@@ -66,7 +66,7 @@ def test_healthy_models_pass_every_path(runner, spec, cache, attn, dtype):
     if dtype == "float32":
         full_precision = cache != "quantized"
         beam = ({"beam"} if attn == "sdpa" else set()) if cache == "dynamic" else {"reorder"}
-        expected = ({"generate"} if full_precision else {"quantized_kv"}) | beam
+        expected = ({"generate", "kv_parity"} if full_precision else {"quantized_kv"}) | beam
         expected |= {"padded_generate"} if attn == "sdpa" and full_precision else set()
         expected |= {"attn_agreement"} if attn == "eager" and cache == "dynamic" else set()
         assert expected <= set(results), sorted(results)
@@ -123,7 +123,7 @@ PATH_FAULTS = {
     "crop_one_short": (LLAMA, "dynamic", "sdpa", "crop", "get_seq_length() trace [7, 8,", {"crop"}),
     # generate() reads the same broken window, so the greedy tokens part too (float32 cells run generate).
     "static_window_no_roll": (MISTRAL, "static", "sdpa", "parity", "first K/V divergence at layer 0",
-                              {"parity", "generate", "padded_generate"}),
+                              {"parity", "kv_parity", "generate", "padded_generate"}),
     "fp8_scale_drift": (LLAMA, "quantized", "sdpa", "quantized_kv",
                         "layer 0, position 6 (keys): the dequantized cache differs from the fp8 design", {"quantized_kv", "parity"}),
     "static_not_reordered": (LLAMA, "static", "sdpa", "reorder",

@@ -172,3 +172,45 @@ def test_the_suite_has_one_test_per_check_of_the_table() -> None:
 def test_run_all_follows_the_table_and_runs_only_the_paths_the_probe_ran() -> None:
     results = checks.run_all(_record(), GEOMETRY, "x", TOL)
     assert list(results) == ["parity", "growth", "shapes", "bytes", "generate"]
+
+
+def _kv_pairs(delta: float = 0.0, layer: int = 1, position: int = 3, tensor: str = "values"):
+    """Two K/V layers (max |value| 1) and one without K/V; ``delta`` added to one stored value."""
+    import torch
+
+    from kvconform.probe.kv_compare import kv_parity
+
+    generator = torch.Generator().manual_seed(0)
+    pairs: list = []
+    for index in range(2):
+        ref_k, ref_v = (torch.rand(2, 2, 6, 4, generator=generator) * 2 - 1 for _ in range(2))
+        ref_k[0, 0, 0, 0] = ref_v[0, 0, 0, 0] = 1.0
+        keys, values = ref_k.clone(), ref_v.clone()
+        if index == layer:
+            (values if tensor == "values" else keys)[1, 1, position, 2] += delta
+        pairs.append((keys, values, ref_k, ref_v))
+    pairs.append(None)
+    return kv_parity(pairs, valid_length=6)
+
+
+def test_kv_parity_names_layer_position_tensor_and_the_limit():
+    limit = 1e-6 + 1e-4 * 1.0  # float32: atol + rtol × max|V| of the layer
+    healthy = checks.kv_parity(replace(_record(), kv_parity=_kv_pairs(0.5 * limit)))
+    assert healthy.passed and healthy.figure.ratio == pytest.approx(0.5, rel=1e-3), healthy.message
+    assert healthy.details["kv_layers"] == 2
+    failed = checks.kv_parity(replace(_record(), kv_parity=_kv_pairs(3 * limit)))
+    assert not failed.passed
+    assert "from layer 1, position 3 (values): worst |Δ|" in failed.message and "1 of 2 K/V layers over the limit [1]" in failed.message
+    assert f"> limit {limit:.3g} = 1e-06 + 0.0001 × max|V| 1" in failed.message
+    assert failed.figure.ratio == pytest.approx(3, rel=1e-3) and failed.details["kv_worst"]["tensor"] == "values"
+
+
+def test_kv_parity_without_kv_layers_passes_with_the_reason_and_shape_problems_fail():
+    from kvconform.probe.kv_compare import KVParity, kv_parity
+
+    none = checks.kv_parity(replace(_record(), kv_parity=kv_parity([None, None], valid_length=6)))
+    assert none.passed and none.measured == "no K/V" and "no K/V layers" in none.message
+    short = KVParity(1, 1e-4, None, problem="layer 0 (keys): decoded (2, 2, 5, 4) vs fresh pass (2, 2, 6, 4)")
+    failed = checks.kv_parity(replace(_record(), kv_parity=short))
+    assert not failed.passed and "layer 0 (keys): decoded (2, 2, 5, 4)" in failed.message
+    assert checks.kv_parity(_record()).measured == "not run"

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from kvconform.checks import record_checks as checks
-from tests.conftest import probe_and_check
+from tests.conftest import TOLERANCES, probe_and_check
 from tests.faults import planted
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -16,28 +16,29 @@ DTYPES = ("float32", "float16", "bfloat16")
 #: generate compares greedy tokens, so a fault that changes logits also fails it in float32; in half precision
 #: it accepts a divergence at a near-tie (see checks.generate), so there it is left out of the exact set.
 EXPECTED = {
-    "write_late": ("llama", "dynamic", {"parity", "generate"},
+    "write_late": ("llama", "dynamic", {"parity", "kv_parity", "generate"},
                    "first K/V divergence at layer 0, position 6 (keys): written one position late: the token's slot is zero"),
-    "not_written": ("llama", "dynamic", {"parity", "growth", "shapes", "bytes", "generate"},
+    "not_written": ("llama", "dynamic", {"parity", "kv_parity", "growth", "shapes", "bytes", "generate"},
                     "first K/V divergence at layer 0 (keys): missing column(s) — decoded cache stores 6 positions where the layer must keep 14"),
-    "no_growth": ("llama", "dynamic", {"parity", "growth", "shapes", "bytes", "generate"},
+    "no_growth": ("llama", "dynamic", {"parity", "kv_parity", "growth", "shapes", "bytes", "generate"},
                   "first K/V divergence at layer 0 (keys): missing column(s) — decoded cache stores 6 positions where the layer must keep 14"),
-    "grows_by_two": ("llama", "dynamic", {"parity", "growth", "shapes", "bytes", "generate"},
+    "grows_by_two": ("llama", "dynamic", {"parity", "kv_parity", "growth", "shapes", "bytes", "generate"},
                      "first K/V divergence at layer 0 (keys): extra column(s) — decoded cache stores 22 positions where the layer must keep 14"),
-    "stale_column": ("llama", "dynamic", {"parity", "generate"},
+    "stale_column": ("llama", "dynamic", {"parity", "kv_parity", "generate"},
                      "first K/V divergence at layer 0, position 6 (keys): stale: the slot repeats the column before it"),
-    "zero_column": ("llama", "dynamic", {"parity", "generate"},
+    "zero_column": ("llama", "dynamic", {"parity", "kv_parity", "generate"},
                     "first K/V divergence at layer 0, position 6 (keys): zero column stored in place of the token's K/V"),
-    "position_drift": ("llama", "dynamic", {"parity", "growth"},
+    "position_drift": ("llama", "dynamic", {"parity", "kv_parity", "growth"},
                        "first K/V divergence at layer 0, position 6 (keys): keys differ while values agree"),
+    # The fresh pass's plain DynamicLayers share this prefill-and-decode fault: kv_parity sees equal tensors.
     "expanded_heads": ("llama", "dynamic", {"shapes", "bytes"}, None),
-    "short_window": ("mistral", "dynamic", {"parity", "growth", "shapes", "bytes", "generate"},
+    "short_window": ("mistral", "dynamic", {"parity", "kv_parity", "growth", "shapes", "bytes", "generate"},
                      "first K/V divergence at layer 0 (keys): missing column(s) — decoded cache stores 2 positions where the layer must keep 3"),
     # generate runs with cache_implementation="static" on static cells, so it meets the fault too.
-    "static_wrong_slot": ("llama", "static", {"parity", "generate"},
+    "static_wrong_slot": ("llama", "static", {"parity", "kv_parity", "generate"},
                           "first K/V divergence at layer 0, position 6 (keys): written one position late: the token's slot is zero"),
 }
-CHECKS = {"parity", "growth", "shapes", "bytes", "generate"}
+CHECKS = {"parity", "kv_parity", "growth", "shapes", "bytes", "generate"}
 #: README "Tolerances": every planted fault that changes logits exceeds the parity limit by at least this factor.
 FAULT_MARGIN = {"float32": 25_000, "float16": 40, "bfloat16": 6}
 
@@ -178,3 +179,37 @@ def test_recurrent_state_growth_is_checked_by_state_shape(monkeypatch):
     record.steps[-1].layers[0] = replace(grown, state_shapes=tuple(s[:-1] + (s[-1] + 1,) for s in grown.state_shapes))
     failed = checks.growth(record, geometry)
     assert not failed.passed and f"recurrent state changes shape at decode step {len(record.steps) - 1}" in failed.message
+
+
+def _fault_ladder():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "fault_ladder.py"
+    spec = importlib.util.spec_from_file_location("fault_ladder", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: kv_parity Δ ÷ limit on the real SmolLM2 in bfloat16, measured with tools/fault_ladder.py (README "Tolerances"):
+#: healthy 0.32; stale writes 31 (every layer), 10.6 (one layer of 30), 8.7 (one KV head of 3), 10.4 (one position);
+#: the rotary offset of one position in one layer 4.0. Asserted with some room under each.
+LADDER_KV_MARGIN = {"healthy": 0.5, "stale": 6.0, "rotary": 3.0}
+
+
+def test_kv_parity_catches_every_write_fault_of_the_ladder_in_bfloat16(smollm2):
+    """Every rung of the fault ladder fails kv_parity in bfloat16 by its measured margin; healthy stays well under."""
+    from kvconform.matrix import Settings
+
+    ladder, settings = _fault_ladder(), Settings()
+    faults = ladder.ladder(smollm2, settings.prompt_length, settings.decode_steps)
+    ratios = ladder.measure(smollm2, settings, TOLERANCES["bfloat16"], "bfloat16", faults)
+    assert ratios["healthy"]["kv_parity"] <= LADDER_KV_MARGIN["healthy"], ratios["healthy"]
+    for fault, measured in ratios.items():
+        if fault == "healthy":
+            continue
+        floor = LADDER_KV_MARGIN["rotary" if fault.startswith("rotary") else "stale"]
+        assert measured["kv_parity"] >= floor, f"{fault}: kv_parity only {measured['kv_parity']:.3g}× its limit (< {floor})"
+        assert ladder.first_catch(measured) == "kv_parity", (fault, measured)

@@ -21,7 +21,7 @@ XFAIL_REASON = "model bug: BambaModel defaults position_ids to arange(seq_len) w
 XPASS_REASON = "not testable: report-test: listed as failing although it passes"
 SKIP_REASON = "missing: checkpoint folder does/not/exist does not exist (fix the path in the matrix or --model)"
 BAMBA, LLAMA = "bamba[float32-cpu-dynamic]", "llama-gqa[float32-cpu-dynamic]"
-RAN = ("parity", "growth", "shapes", "bytes")
+RAN = ("parity", "kv_parity", "growth", "shapes", "bytes")
 
 
 @pytest.fixture
@@ -44,7 +44,7 @@ def test_every_outcome_and_its_reason_is_in_the_json(serial: Run) -> None:
     doc = serial.doc()  # schema-checked
     outcomes = {key: row["outcome"] for key, row in serial.rows().items()}
     assert outcomes == {(cell, check): "pass" for cell in (BAMBA, LLAMA) for check in RAN} | {
-        (BAMBA, "parity"): "xfail", (LLAMA, "growth"): "xpass"}
+        (BAMBA, "parity"): "xfail", (BAMBA, "kv_parity"): "xfail", (LLAMA, "growth"): "xpass"}
     rows = serial.rows()
     assert (rows[(BAMBA, "parity")]["reason"], rows[(BAMBA, "parity")]["xfail_kind"]) == (XFAIL_REASON, "model bug")
     assert "cached logits diverge" in rows[(BAMBA, "parity")]["message"]  # the diagnosis stays next to the reason
@@ -86,10 +86,10 @@ def test_markdown_and_html_carry_every_reason(serial: Run) -> None:
         for reason in (evidence, XPASS_REASON, SKIP_REASON):
             assert reason in text, f"{suffix} lacks {reason!r}"
     markdown = texts(serial)["md"]
-    assert "| bamba | model bug | parity | float32 |" in markdown and markdown.index(evidence) < markdown.index("## Models")
+    assert "| bamba | model bug | parity, kv_parity | float32 |" in markdown and markdown.index(evidence) < markdown.index("## Models")
     assert XFAIL_REASON not in markdown  # the kind is not repeated in front of the evidence
-    folded = markdown.split("<details><summary>Not run (4 checks, 1 reason)</summary>")[1]
-    assert re.search(rf"^- 4 checks in 1 cell( of 1 model)?: {re.escape(SKIP_REASON)}$", folded, re.M), folded
+    folded = markdown.split("<details><summary>Not run (5 checks, 1 reason)</summary>")[1]
+    assert re.search(rf"^- 5 checks in 1 cell( of 1 model)?: {re.escape(SKIP_REASON)}$", folded, re.M), folded
     attention = markdown.split("## Needs attention (1)")[1].split("##")[0]
     assert "| XPASS | growth | [llama-gqa \\| float32 · cpu · dynamic · sdpa]" in attention and XPASS_REASON in attention
 

@@ -15,6 +15,7 @@ from kvconform.checks import path_checks
 from kvconform.checks.table import PATH_CHECKS, RECORD_CHECKS
 from kvconform.matrix import Tolerance
 from kvconform.probe.decode import GenerateRecord, ProbeRecord, StepRecord
+from kvconform.probe.kv_compare import KV_ABSOLUTE_LIMIT, KVDelta
 from kvconform.probe.layer_state import LayerState
 from kvconform.probe.quantized import SCALES_PER_LAYER
 from kvconform.probe.selections import SelectionReplay
@@ -115,6 +116,41 @@ def _limit_text(tolerance: Tolerance, record: ProbeRecord) -> str:
 
 def _step_name(step: StepRecord, record: ProbeRecord) -> str:
     return "prefill" if step.step == 0 else f"cache length {step.seq_length}, token position {record.plan.prompt_length + step.step - 1}"
+
+
+def kv_parity(record: ProbeRecord) -> CheckResult:
+    """Every layer's stored K/V at every position within ``atol + rtol × max|K|`` (per layer) of one fresh pass."""
+    kv = record.kv_parity
+    if kv is None:
+        return CheckResult("kv_parity", True, "not run", "", "K/V parity is not run for this cell (its cache is judged by design)")
+    if kv.problem is not None:
+        return CheckResult("kv_parity", False, "error", "", f"decoded K/V cannot be compared with a fresh pass: {kv.problem}",
+                           {"kv_layers": kv.kv_layers})
+    if kv.worst is None:
+        return CheckResult("kv_parity", True, "no K/V", "", "no K/V layers: the cache keeps no keys and values to compare",
+                           {"kv_layers": kv.kv_layers})
+    worst = kv.worst
+    details: dict[str, Any] = {"kv_layers": kv.kv_layers, "kv_rtol": kv.rtol, "kv_worst_ratio": worst.ratio,
+                               "kv_worst": _kv_delta(worst), "kv_failing_layers": [d.layer for d in kv.failing]}
+    figure = Figure(worst.ratio, 1.0, "× K/V limit")
+    measured, limit = f"{worst.ratio:.2e}×", "1×"
+    where = lambda d: f"layer {d.layer}, position {d.position} ({d.tensor})"  # noqa: E731
+    bound = lambda d: f"{d.limit:.3g} = {KV_ABSOLUTE_LIMIT:g} + {kv.rtol:g} × max|{d.tensor[0].upper()}| {d.scale:.3g}"  # noqa: E731
+    if not kv.failing:
+        message = (f"{kv.kv_layers} K/V layers match a fresh pass at every position ({record.dtype}); worst |Δ| {worst.delta:.3g} "
+                   f"at {where(worst)} ≤ {bound(worst)} ({worst.ratio:.2g} of the limit)")
+        return CheckResult("kv_parity", True, measured, limit, message, details, figure)
+    first = kv.failing[0]
+    message = (f"stored K/V differ from a fresh pass over the final sequence from layer {first.layer}, position {first.first} "
+               f"({first.tensor}): worst |Δ| {first.delta:.3g} at position {first.position} > limit {bound(first)} "
+               f"({first.ratio:.3g}× the limit, {record.dtype}); {len(kv.failing)} of {kv.kv_layers} "
+               f"K/V layers over the limit {[d.layer for d in kv.failing]}; worst {worst.ratio:.3g}× at {where(worst)}")
+    return CheckResult("kv_parity", False, measured, limit, message, details, figure)
+
+
+def _kv_delta(delta: KVDelta) -> dict[str, Any]:
+    return {"layer": delta.layer, "position": delta.position, "first_over": delta.first, "tensor": delta.tensor,
+            "delta": delta.delta, "limit": delta.limit, "scale": delta.scale}
 
 
 def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
@@ -401,6 +437,7 @@ def _path(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: 
 #: Each check of the table, called with (record, geometry, config explanation, tolerance).
 _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResult]] = {
     "parity": lambda record, geometry, explanation, tolerance: parity(record, tolerance),
+    "kv_parity": lambda record, geometry, explanation, tolerance: kv_parity(record),
     "growth": lambda record, geometry, explanation, tolerance: growth(record, geometry),
     "shapes": lambda record, geometry, explanation, tolerance: shapes(record, geometry, explanation),
     "bytes": lambda record, geometry, explanation, tolerance: cache_bytes(record, geometry),
@@ -433,4 +470,6 @@ def _ran(name: str, record: ProbeRecord) -> bool:
         return name in record.paths and not record.paths[name].not_applicable
     if name in EXTRA_CHECKS:
         return name in record.extras
+    if name == "kv_parity":
+        return record.kv_parity is not None
     return name != "quantized_kv" or record.quantized is not None

@@ -59,6 +59,8 @@ class CheckInfo:
 #: In report column order.
 CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("parity", "cached next-token logits match one uncached pass at every decode step"),
+    CheckInfo("kv_parity", "every layer's stored K/V at every position match one fresh pass over the final sequence",
+              caches=FULL_PRECISION, families=CAUSAL),
     CheckInfo("growth", "the cache grows by one position per step; each layer stores what its type keeps"),
     CheckInfo("shapes", "every layer's K/V is [B, H_kv, S_layer, head_dim] with H_kv and head_dim from the config"),
     CheckInfo("bytes", "the K/V bytes equal 2 x L x H_kv x d_head x N x B x bytes (per layer)"),

@@ -32,7 +32,7 @@ from kvconform.probe.cache_io import (
 )
 from kvconform.probe.crop import run_crop
 from kvconform.probe.fp8_design import compare_with_design, design_cache
-from kvconform.probe.kv_compare import Divergence, LayerPair, locate_divergence
+from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.quantized import QuantizedKVRecord
 from kvconform.probe.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
@@ -111,6 +111,8 @@ class ProbeRecord:
     topk_ties: TopkTies | None
     """Set when the uncached pass's top-k selections were decided by exact ties (a degenerate build)."""
     generate: GenerateRecord | None
+    kv_parity: KVParity | None = None
+    """Full-precision cells: the decoded cache's K/V against one fresh pass (``None``: quantized, judged by design)."""
     replay: SelectionReplay | None = None
     """Set when parity failed on a model that selects (routers, indexers): the decode with the uncached selections."""
     paths: dict[str, PathRecord] = field(default_factory=dict)
@@ -206,14 +208,23 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
 
     finite_ref = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     logit_scale = float(finite_ref.abs().max())
-    divergence, unstable, ties, replay = None, None, None, None
+    divergence, unstable, ties, replay, kv, pairs = None, None, None, None, None, None
+    if plan.cache != "quantized":  # one fresh pass's K/V, for the kv_parity check and the localization
+        start = time.perf_counter()
+        try:
+            pairs = _kv_pairs(model, keyword, plan, cache, full)
+            kv = kv_parity(pairs, total, preallocated=plan.cache != "dynamic")
+        except Exception as exc:  # noqa: BLE001 - a crash of the fresh pass fails kv_parity only
+            kv = KVParity(0, 0.0, None, problem=f"the fresh pass raised {type(exc).__name__}: {exc}"[:500])
+        timings["kv_parity_s"] = time.perf_counter() - start
     limit = plan.locate_tolerance.limit(logit_scale) if plan.locate_tolerance is not None else float("inf")
     located = max(s.max_abs_delta for s in steps) > limit
     if located:
         start = time.perf_counter()
         unstable = prefix_instability(model, full, reference, [plan.prompt_length, total - 1], limit)
         ties = topk_ties(lambda: model(input_ids=full, use_cache=False))
-        divergence = _locate(model, keyword, plan, cache, full)
+        pairs = pairs if pairs is not None else _kv_pairs(model, keyword, plan, cache, full)
+        divergence = locate_divergence(pairs, valid_length=total, preallocated=plan.cache != "dynamic")
         if plan.cache != "quantized":  # the fp8 design reference is itself a cached decode
             replay = replay_selections(model, getattr(torch, dtype), lambda: _decode_deltas(model, keyword, plan, full, reference_steps),
                                        lambda: model(input_ids=full, use_cache=False))
@@ -254,6 +265,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         located=located,
         nonfinite=_describe_nonfinite(cached_logits, reference_steps),
         divergence=divergence,
+        kv_parity=kv,
         prefix_instability=unstable,
         topk_ties=ties,
         replay=replay,
@@ -298,8 +310,8 @@ def _design_reference(model: Model, keyword: str, full: torch.Tensor, prompt_len
     return torch.stack(logits, dim=1), compare_with_design(cache, design)
 
 
-def _locate(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> Divergence | None:
-    """Compare the decoded cache with the K/V of one fresh pass over the whole sequence.
+def _kv_pairs(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> list[LayerPair]:
+    """Each decoded layer's K/V beside the K/V of one fresh pass over the whole sequence (``None``: no K/V tensors).
 
     For dynamic cells the fresh pass writes into a config-less ``DynamicCache`` (plain layers that keep
     every token, written once), so the reference cannot share a fault of the layer classes under test;
@@ -330,7 +342,7 @@ def _locate(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: torch
             keep = layers[index].stored_length(total, None)
             ref_keys, ref_values = ref_keys[..., total - keep :, :], ref_values[..., total - keep :, :]
         pairs.append((keys, decoded.values, ref_keys, ref_values))
-    return locate_divergence(pairs, valid_length=total, preallocated=plan.cache != "dynamic")
+    return pairs
 
 
 def run_generate(model: Model, prompt: torch.Tensor, steps: int, cache: str = "dynamic",

@@ -1,7 +1,8 @@
-"""Locate where a decoded cache departs from the K/V a single fresh pass stores.
+"""Compare a decoded cache with the K/V a single fresh pass stores.
 
-Used only when parity fails: finds the first layer and sequence position whose cached K or V
-differs, and says how (length mismatch, zero column, shifted, stale, values differ).
+``kv_parity`` measures every layer and position on every full-precision cell (the ``kv_parity`` check);
+``locate_divergence``, when parity fails, finds the first layer and sequence position whose cached K or V
+differs and says how (length mismatch, zero column, shifted, stale, values differ). Both use one limit.
 """
 
 from __future__ import annotations
@@ -10,8 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-#: Relative K/V difference (to the layer's largest reference value) that counts as a divergence.
+#: Relative K/V difference (to the largest reference value of the layer's keys or values) that counts as a
+#: divergence; measured healthy worst over the default matrix in README "Tolerances" (K/V parity).
 KV_RELATIVE_LIMIT = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+#: Absolute floor of the K/V limit (a layer whose reference is all zeros).
+KV_ABSOLUTE_LIMIT = 1e-6
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,75 @@ class Divergence:
 
 
 LayerPair = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
+
+
+@dataclass(frozen=True)
+class KVDelta:
+    """The worst position of one layer's keys or values against the fresh pass."""
+
+    layer: int
+    position: int
+    tensor: str
+    delta: float
+    limit: float
+    scale: float
+    """max |fresh-pass value| of this layer's keys or values (the limit is ``atol + rtol × scale``)."""
+    first: int | None = None
+    """The first position over the limit (``None``: none is)."""
+
+    @property
+    def ratio(self) -> float:
+        return self.delta / self.limit
+
+
+@dataclass(frozen=True)
+class KVParity:
+    """Every K/V layer of a decoded cache against one fresh pass over the final sequence."""
+
+    kv_layers: int
+    rtol: float
+    worst: KVDelta | None
+    """The largest Δ ÷ limit over layers, keys and values (``None``: no layer keeps K/V, or a shape problem)."""
+    failing: tuple[KVDelta, ...] = ()
+    """Each layer's worst tensor where it exceeds its limit, in layer order."""
+    problem: str | None = None
+    """A layer whose stored shape differs from the fresh pass's, or the fresh pass's own error."""
+
+
+def kv_parity(pairs: list[LayerPair], valid_length: int, preallocated: bool = False) -> KVParity:
+    """Δ ÷ limit of every layer's keys and values at every position (compared as in ``locate_divergence``)."""
+    stored = valid_length if preallocated else None
+    worst: KVDelta | None = None
+    failing: list[KVDelta] = []
+    layers, rtol = 0, 0.0
+    for layer, pair in enumerate(pairs):
+        if pair is None:
+            continue
+        layers += 1
+        keys, values, ref_keys, ref_values = pair
+        rtol = KV_RELATIVE_LIMIT.get(keys.dtype, 5e-2)
+        layer_worst: KVDelta | None = None
+        for name, decoded, reference in (("keys", keys, ref_keys), ("values", values, ref_values)):
+            got, want = _columns(decoded, stored), _columns(reference, stored)
+            if got.shape != want.shape:
+                problem = f"layer {layer} ({name}): decoded {tuple(got.shape)} vs fresh pass {tuple(want.shape)}"
+                return KVParity(layers, rtol, None, tuple(failing), problem)
+            if not got.numel():
+                continue
+            per_position = torch.nan_to_num((got - want).abs(), nan=float("inf")).amax(dim=(0, 1, 3))
+            index, limit, offset = int(per_position.argmax()), _limit(want, decoded.dtype), valid_length - got.shape[-2]
+            over = (per_position > limit).nonzero().flatten()
+            found = KVDelta(layer, offset + index, name, float(per_position[index]), limit, float(want.abs().max()),
+                            offset + int(over[0]) if len(over) else None)
+            if layer_worst is None or found.ratio > layer_worst.ratio:
+                layer_worst = found
+        if layer_worst is None:
+            continue
+        if worst is None or layer_worst.ratio > worst.ratio:
+            worst = layer_worst
+        if layer_worst.ratio > 1:
+            failing.append(layer_worst)
+    return KVParity(layers, rtol, worst, tuple(failing))
 
 
 def locate_divergence(pairs: list[LayerPair], valid_length: int, preallocated: bool = False) -> Divergence | None:
@@ -60,7 +133,9 @@ def _columns(tensor: torch.Tensor, limit: int | None) -> torch.Tensor:
 
 
 def _limit(reference: torch.Tensor, dtype: torch.dtype) -> float:
-    return KV_RELATIVE_LIMIT.get(dtype, 5e-2) * float(reference.abs().max().clamp(min=1e-6))
+    """``atol + rtol(dtype) × max|reference|`` of one layer's keys or values."""
+    scale = float(reference.abs().max()) if reference.numel() else 0.0
+    return KV_ABSOLUTE_LIMIT + KV_RELATIVE_LIMIT.get(dtype, 5e-2) * scale
 
 
 def _bad_positions(got: torch.Tensor, want: torch.Tensor, limit: float) -> torch.Tensor:

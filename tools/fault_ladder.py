@@ -1,0 +1,157 @@
+#!/usr/bin/env python
+"""The fault ladder: planted K/V write faults of decreasing size on a real checkpoint, per dtype.
+
+    python tools/fault_ladder.py                          # SmolLM2 (matrix id smollm2-135m), all three dtypes
+    python tools/fault_ladder.py --model smollm2-135m --dtype bfloat16
+
+Prints a Markdown table (README, "Tolerances"): for each fault and dtype, Δ ÷ limit of ``parity`` (logits) and of
+``kv_parity`` (stored K/V against one fresh pass), and which check catches it first (the larger ratio over 1).
+Every fault is planted in ``Cache.update`` on decode writes (one token, a filled ``DynamicLayer``) of the dynamic
+cache, with the matrix's settings (batch 2, prompt 6, 8 decode steps); prefills and the references are untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from transformers.cache_utils import Cache, DynamicLayer  # noqa: E402
+
+from kvconform.build.architecture_table import load_architecture_table  # noqa: E402
+from kvconform.build.geometry import cache_geometry, explain  # noqa: E402
+from kvconform.build.models import load_master, model_in_dtype  # noqa: E402
+from kvconform.build.synthetic import causal_lm_model_types  # noqa: E402
+from kvconform.checks import record_checks as checks  # noqa: E402
+from kvconform.matrix import Settings, Tolerance, load_matrix  # noqa: E402
+from kvconform.probe.decode import ProbePlan, run_probe  # noqa: E402
+from kvconform.results import CheckResult  # noqa: E402
+
+DTYPES = ("float32", "float16", "bfloat16")
+#: Rewrites a decode update's (keys, values), given ``(layer_idx, the stored layer, keys, values)``.
+Rewrite = Callable[[int, Any, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def planted(rewrite: Rewrite | None) -> Any:
+    """``Cache.update`` with every one-token update of a filled ``DynamicLayer`` passed through ``rewrite`` first."""
+    if rewrite is None:
+        return mock.patch.object(Cache, "update", Cache.update)
+    original = Cache.update
+
+    def update(self: Cache, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        stored = self.layers[layer_idx] if layer_idx < len(self.layers) else None
+        if (isinstance(stored, DynamicLayer) and stored.is_initialized and stored.keys is not None
+                and stored.keys.numel() > 0 and key_states.shape[-2] == 1):
+            key_states, value_states = rewrite(layer_idx, stored, key_states, value_states)
+        return original(self, key_states, value_states, layer_idx, *args, **kwargs)
+
+    return mock.patch.object(Cache, "update", update)
+
+
+def stale(layer: int | None = None, head: int | None = None, position: int | None = None) -> Rewrite:
+    """Store the previous column again, in one ``layer``, one KV ``head`` of it, the token at ``position`` (``None``: all)."""
+
+    def rewrite(index: int, stored: Any, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer not in (None, index) or position not in (None, stored.keys.shape[-2]):
+            return keys, values
+        heads = slice(None) if head is None else slice(head, head + 1)
+        keys, values = keys.clone(), values.clone()
+        keys[:, heads] = stored.keys[:, heads, -1:, :]
+        values[:, heads] = stored.values[:, heads, -1:, :]
+        return keys, values
+
+    return rewrite
+
+
+def rotary_offset(layer: int, inv_freq: torch.Tensor) -> Rewrite:
+    """Rotate one ``layer``'s decoded keys one position further than their token's (rotate_half convention)."""
+    angle = torch.cat([inv_freq, inv_freq]).float()
+
+    def rewrite(index: int, stored: Any, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if index != layer:
+            return keys, values
+        half = keys.shape[-1] // 2
+        rotated = torch.cat([-keys[..., half:], keys[..., :half]], dim=-1)
+        return (keys.float() * angle.cos() + rotated.float() * angle.sin()).to(keys.dtype), values
+
+    return rewrite
+
+
+def ladder(model: Any, prompt_length: int, decode_steps: int) -> dict[str, Rewrite | None]:
+    """The rungs, largest first, placed in the middle layer and late in the sequence of ``model``."""
+    layer = model.config.num_hidden_layers // 2
+    late = prompt_length + decode_steps - 3  # the token fed at the third-to-last decode step
+    inv_freq = model.model.rotary_emb.inv_freq
+    return {
+        "healthy": None,
+        "stale column, every layer": stale(),
+        f"stale column, layer {layer} only": stale(layer=layer),
+        f"stale column, layer {layer}, KV head 0 only": stale(layer=layer, head=0),
+        f"stale column, layer {layer}, position {late} only": stale(layer=layer, position=late),
+        f"rotary offset +1 on decoded keys, layer {layer}": rotary_offset(layer, inv_freq),
+    }
+
+
+def measure(model: Any, settings: Settings, tolerance: Tolerance, dtype: str,
+            faults: dict[str, Rewrite | None]) -> dict[str, dict[str, float]]:
+    """Per fault: Δ ÷ limit of parity and kv_parity (each check as the suite runs it on a dynamic sdpa cell)."""
+    plan = ProbePlan(batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
+                     seed=settings.seed, generate=False, locate_tolerance=tolerance)
+    cast = model_in_dtype(model, dtype, "cpu")
+    rows = {}
+    for name, fault in faults.items():
+        with planted(fault):
+            record = run_probe(cast, plan)
+        results = checks.run_all(record, cache_geometry(model.config), explain(model.config), tolerance)
+        rows[name] = {check: _ratio(results[check]) for check in ("parity", "kv_parity")}
+    return rows
+
+
+def _ratio(result: CheckResult) -> float:
+    ratio = result.figure.ratio if result.figure is not None else None
+    return float("inf") if ratio is None else ratio
+
+
+def first_catch(ratios: dict[str, float]) -> str:
+    """The check with the largest Δ ÷ limit over 1 (``-``: none fails)."""
+    check, ratio = max(ratios.items(), key=lambda item: item[1])
+    return check if ratio > 1 else "-"
+
+
+def table(results: dict[str, dict[str, dict[str, float]]]) -> str:
+    """Markdown: one row per fault, per dtype parity ÷ limit, kv_parity ÷ limit and the first catch."""
+    dtypes = list(results)
+    header = "| planted fault | " + " | ".join(f"{d} parity | {d} kv_parity | {d} first" for d in dtypes) + " |"
+    lines = [header, "|---|" + "---|---|---|" * len(dtypes)]
+    for fault in next(iter(results.values())):
+        cells = [f"{results[d][fault]['parity']:.3g} | {results[d][fault]['kv_parity']:.3g} | {first_catch(results[d][fault])}"
+                 for d in dtypes]
+        lines.append(f"| {fault} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="smollm2-135m", help="Matrix id of a real checkpoint in model_matrix.yaml")
+    parser.add_argument("--dtype", action="append", choices=DTYPES, help="Only these dtypes; repeatable")
+    args = parser.parse_args()
+    matrix = load_matrix(ROOT / "model_matrix.yaml", known_model_types=causal_lm_model_types,
+                         excluded_types=load_architecture_table()[1]).select([args.model])
+    spec = matrix.models[0]
+    model = load_master(spec)
+    faults = ladder(model, spec.settings.prompt_length, spec.settings.decode_steps)
+    results = {dtype: measure(model, spec.settings, spec.settings.tolerances[dtype], dtype, faults) for dtype in args.dtype or DTYPES}
+    print(f"Fault ladder, {args.model} ({model.config.num_hidden_layers} layers), Δ ÷ limit (> 1 fails):\n")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
