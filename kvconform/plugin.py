@@ -112,8 +112,25 @@ def quiet_torch_trace() -> None:
         logging.getLogger("torch.__trace").addFilter(lambda record: False)
 
 
+def isolate_inductor_cache() -> None:
+    """One inductor cache folder per CPU kernel capability, unless ``TORCHINDUCTOR_CACHE_DIR`` names one.
+
+    torch 2.13's inductor cache key ignores the vector ISA: a flex_attention kernel compiled under
+    ``ATEN_CPU_CAPABILITY=avx2`` was reused under another capability, where it aborted the process (or failed to
+    compile: "'at::vec' has not been declared").
+    """
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        import torch
+
+        from kvconform.build.models import cache_dir
+
+        capability = torch.backends.cpu.get_cpu_capability().lower()
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor" / capability)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     quiet_torch_trace()
+    isolate_inductor_cache()
     config.addinivalue_line("markers", "kvconform_check(name): a conformance check run on every matrix cell")
     state = KvconformState(config, _matrix_or_usage_error(config))
     config.stash[STATE] = state

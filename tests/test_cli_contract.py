@@ -170,7 +170,7 @@ def test_cuda_cells_leave_the_run_but_stay_counted_with_k_and_under_xdist(inner:
     """main.yaml with cpu and cuda cells, narrowed by -k: only the selected cuda checks are counted, the cpu ones run;
     two xdist workers (which collect, unlike the controller) give the same report."""
     workdir = inner.suite()
-    runs = [inner.run(workdir, "--matrix", "matrix.yaml", "--device", "cuda", "-k", "llama-gqa and parity", *extra)
+    runs = [inner.run(workdir, "--matrix", "matrix.yaml", "--device", "cuda", "-k", "llama-gqa and test_parity", *extra)
             for extra in ([], ["-n", "2"])]
     docs = [run.doc() for run in runs]
     for run, doc in zip(runs, docs, strict=True):

@@ -384,11 +384,11 @@ def test_cells_the_new_release_did_not_plan_are_information(tmp_path: Path, atte
     assert missing[("codegen[float16-cpu-dynamic-eager]", "parity")] == VARIANT_DTYPES.format(dtypes=["float32"])
     # Its float32 eager cell still runs, but beam runs with the default attention only.
     assert missing[("codegen[float32-cpu-dynamic-eager]", "beam")] == f"the cell runs, but {CHECKS['beam'].scope()}"
-    assert len(missing) == 5 and not diff["lost"] and regressions(diff) == 0
+    assert len(missing) == 6 and not diff["lost"] and regressions(diff) == 0
     proc = run_tool(tmp_path, base, new)
     assert proc.returncode == 0, proc.stdout
-    assert ("4 not planned by the new run (transformers 5.24.0): variant cells (a cache other than dynamic, or an "
-            "attention other than the model's default) run in variant_dtypes ['float32'] only — codegen: 4 "
+    assert ("5 not planned by the new run (transformers 5.24.0): variant cells (a cache other than dynamic, or an "
+            "attention other than the model's default) run in variant_dtypes ['float32'] only — codegen: 5 "
             "[default attention changed: codegen eager -> sdpa]") in proc.stdout.splitlines()
     assert proc.stdout.splitlines()[-1].startswith("No regressions (")
     assert len(proc.stdout.splitlines()) <= 10, proc.stdout
@@ -399,19 +399,19 @@ def test_a_planned_cell_missing_from_the_new_run_regresses(tmp_path: Path, atten
     new["results"] = [r for r in new["results"] if r["cell_id"] != "llama[float16-cpu-dynamic]"]
     diff = diff_documents(base, new)
     assert [(e["cell_id"], e["check"]) for e in diff["lost"]] == [
-        ("llama[float16-cpu-dynamic]", check) for check in ("bytes", "growth", "parity", "shapes")]
-    assert regressions(diff) == 4
+        ("llama[float16-cpu-dynamic]", check) for check in ("bytes", "growth", "kv_parity", "parity", "shapes")]
+    assert regressions(diff) == 5
     proc = run_tool(tmp_path, base, new)
     assert proc.returncode == 1, proc.stdout
     lines = proc.stdout.splitlines()
-    assert lines[2] == ("4 missing (passed in base): planned in the new run, no result (never ran, skipped, deselected "
-                        "or not collected) — llama: 4 (e.g. llama[float16-cpu-dynamic] bytes)")
-    assert lines[-1] == "REGRESSED: 4 missing (passed in base) (factor 2, margin 0.5)."
+    assert lines[2] == ("5 missing (passed in base): planned in the new run, no result (never ran, skipped, deselected "
+                        "or not collected) — llama: 5 (e.g. llama[float16-cpu-dynamic] bytes)")
+    assert lines[-1] == "REGRESSED: 5 missing (passed in base) (factor 2, margin 0.5)."
     # The cells the release did not plan stay information beside the regression.
-    assert any(line.startswith("4 not planned by the new run") for line in lines)
+    assert any(line.startswith("5 not planned by the new run") for line in lines)
     assert run_tool(tmp_path, base, new, "--allow-missing").returncode == 0
     text = render_diff_markdown(diff)
-    assert "## Missing (passed in base) (4)\n\n- `llama[float16-cpu-dynamic]`: bytes, growth, parity, shapes\n" in text
+    assert "## Missing (passed in base) (5)\n\n- `llama[float16-cpu-dynamic]`: bytes, growth, kv_parity, parity, shapes\n" in text
 
 
 def test_a_model_the_new_run_did_not_select_regresses_and_says_how_it_was_narrowed(tmp_path: Path,
@@ -437,7 +437,7 @@ def test_a_cut_short_run_is_reported_as_such(tmp_path: Path, attention_change: A
             "the new report is an incomplete run: interrupted (Ctrl-C or pytest.exit); 9 of 30 planned checks never "
             "ran (2 cells) (factor 2, margin 0.5).")
     assert run_tool(tmp_path, base, new).stdout.splitlines()[-1].startswith(
-        "REGRESSED: 16 missing (passed in base), the new report is an incomplete run: ")
+        "REGRESSED: 19 missing (passed in base), the new report is an incomplete run: ")
 
 
 def test_checks_transformers_cannot_run_and_excluded_models_are_information(attention_change: Any) -> None:
@@ -453,7 +453,7 @@ def test_checks_transformers_cannot_run_and_excluded_models_are_information(atte
     diff = diff_documents(base, new)
     reasons = Counter(e["reason"] for e in diff["not_planned"])
     assert reasons[reason] == 1
-    assert reasons["excluded from the new run's matrix: needs a GPU"] == 16
+    assert reasons["excluded from the new run's matrix: needs a GPU"] == 19
     assert regressions(diff) == 0
 
 
@@ -464,8 +464,8 @@ def test_missing_results_fold_into_a_bounded_number_of_lines(attention_change: A
                                      for n, r in enumerate(base["results"])]
     text = render_diff_text(diff_documents(base, new))
     lines = text.splitlines()
-    assert len(base["results"]) == 26 and len(lines) == 13, text  # table, 8 reasons, the rest, verdict
-    assert lines[-3] == "… 18 more missing results under 18 more reasons"
+    assert len(base["results"]) == 31 and len(lines) == 13, text  # table, 8 reasons, the rest, verdict
+    assert lines[-3] == "… 23 more missing results under 23 more reasons"
 
 
 def test_shard_plans_merge_into_the_whole_run(attention_change: Any) -> None:

@@ -196,7 +196,9 @@ def _fault_ladder():
 #: kv_parity Δ ÷ limit on the real SmolLM2 in bfloat16, measured with tools/fault_ladder.py (README "Tolerances"):
 #: healthy 0.32; stale writes 31 (every layer), 10.6 (one layer of 30), 8.7 (one KV head of 3), 10.4 (one position);
 #: the rotary offset of one position in one layer 4.0. Asserted with some room under each.
-LADDER_KV_MARGIN = {"healthy": 0.5, "stale": 6.0, "rotary": 3.0}
+#: Measured with the bfloat16 limit 1e-1 × max|K|: healthy 0.16 (AVX-512) to 0.65 (AVX2 kernels), the stale writes
+#: 4.4-15.5×, the rotary offset 2.0×.
+LADDER_KV_MARGIN = {"healthy": 0.75, "stale": 4.0, "rotary": 1.5}
 
 
 def test_kv_parity_catches_every_write_fault_of_the_ladder_in_bfloat16(smollm2):

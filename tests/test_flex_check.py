@@ -34,7 +34,7 @@ def test_a_compiler_that_refuses_flex_is_named(monkeypatch) -> None:
                                                   "platform is not supported for CPU.")
 
 
-def test_a_failing_compiled_test_reports_no_torch_trace_flood(pytester) -> None:
+def test_a_failing_compiled_test_reports_no_torch_trace_flood(pytester, monkeypatch) -> None:
     """pytest captures every non-propagating logger; torch's always-DEBUG trace logger must not fill a failure
     report (2,136 ``DEBUG torch.__trace`` lines in one flex cell's report before the plugin filtered them)."""
     pytester.makepyfile(test_compiled="""
@@ -46,6 +46,8 @@ def test_a_failing_compiled_test_reports_no_torch_trace_flood(pytester) -> None:
             torch.compile(flex_attention, dynamic=True)(q, q, q)
             assert False, "planted"
     """)
+    # A fresh inductor cache: torch 2.13's cache key ignores the vector ISA (kvconform.plugin.isolate_inductor_cache).
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(pytester.path / "inductor"))
     plain = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     pytester.makeconftest("""
         from kvconform.plugin import quiet_torch_trace

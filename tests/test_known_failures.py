@@ -97,8 +97,8 @@ def test_keys_select_cache_and_attention_as_well_as_dtype() -> None:
     ("parity@flaot32", "xfail.parity@flaot32: unknown tag 'flaot32' after '@'; did you mean 'float32'?"),
     ("parity@static-eagre", "unknown tag 'eagre' after '@'; did you mean 'eager'?"),
     ("parity@fp16", "unknown tag 'fp16' after '@'; did you mean 'float16'?"),
-    ("pairty", "xfail.pairty: unknown check 'pairty'; did you mean 'parity'?"),
-    ("parrity", "xfail.parrity: unknown check 'parrity'; did you mean 'parity'?"),
+    ("pairty", "xfail.pairty: unknown check 'pairty'; did you mean 'parity' or 'kv_parity'?"),
+    ("parrity", "xfail.parrity: unknown check 'parrity'; did you mean 'parity' or 'kv_parity'?"),
 ])
 def test_a_misspelt_key_is_a_matrix_error(tmp_path, key, error) -> None:
     (tmp_path / "matrix.yaml").write_text(

@@ -12,8 +12,11 @@ from dataclasses import dataclass
 import torch
 
 #: Relative K/V difference (to the largest reference value of the layer's keys or values) that counts as a
-#: divergence; measured healthy worst over the default matrix in README "Tolerances" (K/V parity).
-KV_RELATIVE_LIMIT = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 5e-2}
+#: divergence; measured healthy worst over the default matrix in README "Tolerances" (K/V parity). The half
+#: precision limits hold on every CPU kernel: the real SmolLM2 under AVX2 kernels (ATEN_CPU_CAPABILITY=avx2
+#: ONEDNN_MAX_CPU_ISA=AVX2) stores values at layer 15, position 1 that a fresh pass computes 0.06 × max|V| away in
+#: bfloat16 (0.009 in float16), where AVX-512 gives 0.016 (0.0027).
+KV_RELATIVE_LIMIT = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 1e-1}
 #: Absolute floor of the K/V limit (a layer whose reference is all zeros).
 KV_ABSOLUTE_LIMIT = 1e-6
 
