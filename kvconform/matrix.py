@@ -69,8 +69,8 @@ class Tolerance:
         return self.atol + self.rtol * logit_scale
 
 
-#: The parity tolerance of every dtype, which a matrix file inherits unless its ``tolerances`` override it (README,
-#: "Tolerances"). A dtype of ``DTYPES`` always has one, so no cell lacks a limit.
+#: The parity tolerance of every dtype, which a matrix file inherits unless its ``tolerances`` override it
+#: (docs/tolerances.md). A dtype of ``DTYPES`` always has one, so no cell lacks a limit.
 BUILTIN_TOLERANCES: Mapping[str, Tolerance] = {
     "float32": Tolerance(atol=1e-5, rtol=3e-5),
     "float16": Tolerance(atol=1e-3, rtol=2e-2),

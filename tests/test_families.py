@@ -109,7 +109,7 @@ def test_cross_attention_recomputed_with_the_wrong_length_is_caught_and_located(
 
 @pytest.mark.parametrize("fault", ["mrope_deltas_dropped", "positions_restart_after_image"])
 def test_positions_that_drift_after_the_image_are_caught_and_located(fault):
-    # A fresh model: Qwen2-VL keeps rope_deltas between sequences (see the README's findings).
+    # A fresh model: Qwen2-VL keeps rope_deltas between sequences (docs/families.md, its findings).
     model = build_family(shrink_family_config("qwen2_vl", VISION_LANGUAGE), VISION_LANGUAGE, seed=0)
     with planted(fault):
         probe, results = probe_and_check(model, VISION_LANGUAGE)

@@ -39,7 +39,7 @@ EXPECTED = {
                           "first K/V divergence at layer 0, position 6 (keys): written one position late: the token's slot is zero"),
 }
 CHECKS = {"parity", "kv_parity", "growth", "shapes", "bytes", "generate"}
-#: README "Tolerances": every planted fault that changes logits exceeds the parity limit by at least this factor.
+#: docs/tolerances.md: every planted fault that changes logits exceeds the parity limit by at least this factor.
 FAULT_MARGIN = {"float32": 25_000, "float16": 40, "bfloat16": 6}
 
 
@@ -193,7 +193,7 @@ def _fault_ladder():
     return module
 
 
-#: kv_parity Δ ÷ limit on the real SmolLM2 in bfloat16, measured with tools/fault_ladder.py (README "Tolerances"):
+#: kv_parity Δ ÷ limit on the real SmolLM2 in bfloat16, measured with tools/fault_ladder.py (docs/tolerances.md):
 #: healthy 0.32; stale writes 31 (every layer), 10.6 (one layer of 30), 8.7 (one KV head of 3), 10.4 (one position);
 #: the rotary offset of one position in one layer 4.0. Asserted with some room under each.
 #: Measured with the bfloat16 limit 1e-1 × max|K|: healthy 0.16 (AVX-512) to 0.65 (AVX2 kernels), the stale writes

@@ -39,13 +39,13 @@ def test_declared_releases_read_back() -> None:
 
 
 def test_every_cited_repro_exists_and_every_repro_is_cited() -> None:
-    """A label's ``Repro: tools/repros/X.py`` names a script there; the README or a label names every script,
-    including the scripts whose run is skipped under the installed release."""
+    """A label's ``Repro: tools/repros/X.py`` names a script there; the docs (README.md, docs/*.md) or a label name
+    every script, including the scripts whose run is skipped under the installed release."""
     matrix = (ROOT / "model_matrix.yaml").read_text(encoding="utf-8")
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    docs = "\n".join(path.read_text(encoding="utf-8") for path in [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md"))])
     assert SCRIPTS, "tools/repros/ holds no script"
     assert set(re.findall(r"tools/repros/(\w+\.py)", matrix)) <= set(SCRIPTS)
-    assert [script for script in SCRIPTS if script not in matrix + readme] == []
+    assert [script for script in SCRIPTS if script not in matrix + docs] == []
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -4,7 +4,7 @@
     python tools/fault_ladder.py                          # SmolLM2 (matrix id smollm2-135m), all three dtypes
     python tools/fault_ladder.py --model smollm2-135m --dtype bfloat16
 
-Prints a Markdown table (README, "Tolerances"): for each fault and dtype, Δ ÷ limit of ``parity`` (logits) and of
+Prints a Markdown table (docs/tolerances.md): for each fault and dtype, Δ ÷ limit of ``parity`` (logits) and of
 ``kv_parity`` (stored K/V against one fresh pass), and which check catches it first (the larger ratio over 1).
 Every fault is planted in ``Cache.update`` on decode writes (one token, a filled ``DynamicLayer``) of the dynamic
 cache, with the matrix's settings (batch 2, prompt 6, 8 decode steps); prefills and the references are untouched.

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # matrix.py reads the table to validate known-failure keys
     from kvconform.matrix import Settings
 
 #: Cache kinds whose reference is a full-precision run: the fp8 cache leaves it by design (its frozen scale
-#: saturates), so quantized cells are judged against the fp8 design instead (README, "Cache paths").
+#: saturates), so quantized cells are judged against the fp8 design instead (docs/cache-paths.md).
 FULL_PRECISION = ("dynamic", "static")
 CAUSAL = (CAUSAL_LM,)
 
@@ -72,7 +72,7 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
               caches=FULL_PRECISION, families=CAUSAL),
     CheckInfo("crop", "a prefilled cache cropped back 3 tokens and decoded again matches a fresh run", enabled_by="crop",
               caches=FULL_PRECISION, families=CAUSAL),
-    # With the model's own attention: on 5.24 every beam failure of an eager cell repeated its sdpa cell's (README).
+    # With the model's own attention: on 5.24 every beam failure of an eager cell repeated its sdpa cell's (docs/performance.md).
     CheckInfo("beam", "beam search with and without the cache returns the same beams and scores", enabled_by="beam",
               float32_only=True, caches=("dynamic",), attention="default", families=CAUSAL),
     CheckInfo("reorder", "reorder_cache on a prefilled cache equals prefilling the rows in that order", enabled_by="beam",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 #: Relative K/V difference (to the largest reference value of the layer's keys or values) that counts as a
-#: divergence; measured healthy worst over the default matrix in README "Tolerances" (K/V parity). The half
+#: divergence; measured healthy worst over the default matrix in docs/tolerances.md (K/V parity). The half
 #: precision limits hold on every CPU kernel: the real SmolLM2 under AVX2 kernels (ATEN_CPU_CAPABILITY=avx2
 #: ONEDNN_MAX_CPU_ISA=AVX2) stores values at layer 15, position 1 that a fresh pass computes 0.06 × max|V| away in
 #: bfloat16 (0.009 in float16), where AVX-512 gives 0.016 (0.0027).

@@ -4,7 +4,7 @@ row's cached state with it.
 A prefilled cache of B rows is reordered by a permutation that moves every row and then decoded; a
 second cache of the same kind, prefilled with the rows already in that order, is decoded with the same
 tokens. Rows are independent, so both must give the same logits at the dtype's tolerance. It runs on the
-static and quantized cells, whose beam search is not compared token by token (README, "Cache paths").
+static and quantized cells, whose beam search is not compared token by token (docs/cache-paths.md).
 
 A quantized cache is compared instead with a copy of the same prefilled cache whose per-row tensors were
 moved by hand (``index_select`` on the batch axis): a fresh prefill in another row order computes each row
