@@ -11,7 +11,7 @@ from kvconform.checks.table import CHECK_ORDER, CHECKS
 from kvconform.families import CAUSAL_LM
 from kvconform.matrix import QUANTIZED, Matrix, ModelSpec, Tolerance
 from kvconform.plan import NOT_APPLICABLE
-from kvconform.probe.variants import ragged_row_lengths
+from kvconform.probe.ragged_rows import ragged_row_lengths
 
 #: The attention implementation whose cells keep the short id (``llama[float32-cpu-static]``).
 DEFAULT_ATTENTION = "sdpa"

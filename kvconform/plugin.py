@@ -78,7 +78,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     Values are validated right after parsing (``options.check_choices``), in one line with close matches,
     rather than by argparse ``choices``, whose error prints the usage and no close matches."""
     group = parser.getgroup("kvconform", "KV-cache conformance")
-    group.addoption("--matrix", "--kvconform-matrix", default=None, help="Model matrix YAML (default: model_matrix.yaml at the rootdir)")
+    group.addoption("--matrix", "--kvconform-matrix", default=None, help="Model matrix YAML (default: model_matrix.yaml at the rootdir, else the built-in default matrix)")
     group.addoption(
         "--model", "--kvconform-model", action="append", default=[], dest="kvconform_models",
         help="Run only this checkpoint (local folder, .gguf file or hub id) with the matrix defaults; repeatable",
@@ -129,9 +129,13 @@ def isolate_inductor_cache() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "kvconform_check(name): a conformance check run on every matrix cell")
+    from kvconform.run_scope import is_conformance_run
+
+    if not is_conformance_run(config):
+        return  # installed (pytest11), in another project's run: every hook below finds no state and does nothing
     quiet_torch_trace()
     isolate_inductor_cache()
-    config.addinivalue_line("markers", "kvconform_check(name): a conformance check run on every matrix cell")
     state = KvconformState(config, _matrix_or_usage_error(config))
     config.stash[STATE] = state
     if not state.is_worker:
@@ -197,8 +201,9 @@ def resolve_matrix(config: pytest.Config) -> Matrix:
     wanted = {option: check_choices(option, config.getoption(f"kvconform_{field}"))
               for option, (field, _) in NARROWING.items() if config.getoption(f"kvconform_{field}")}
     shard_of = parse_shard(str(config.getoption("shard"))) if config.getoption("shard") else None
-    path = Path(config.getoption("matrix") or Path(config.rootpath) / "model_matrix.yaml")
-    matrix = load_matrix(path, known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1],
+    from kvconform.run_scope import matrix_path
+
+    matrix = load_matrix(matrix_path(config), known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1],
                          family_sweeps=sweep_types)
     if config.getoption("kvconform_models"):
         matrix = replace(matrix, models=specs_from_cli(config, matrix), excluded={})
@@ -224,7 +229,7 @@ def pytest_cmdline_main(config: pytest.Config) -> int | None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "cell" not in metafunc.fixturenames:
+    if "cell" not in metafunc.fixturenames or STATE not in metafunc.config.stash:
         return
     cells = metafunc.config.stash[STATE].cells
     mark = metafunc.definition.get_closest_marker("kvconform_check")
@@ -248,7 +253,9 @@ def _check_of(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run each cell's checks together, in matrix order, and apply skip/xfail marks; checks of a device this
     machine lacks (cuda without CUDA) leave the run, to be reported as skips (``_skip_not_collected``)."""
-    state = config.stash[STATE]
+    state = config.stash.get(STATE, None)
+    if state is None:
+        return
     missing_device = {device: _device_missing(device) for device in {cell.device for cell in state.cells}}
     absent = [item for item in items if missing_device.get(getattr(_cell_of(item), "device", ""))]
     if absent:
@@ -312,20 +319,23 @@ NOT_COLLECTED_KEY = "kvconform_not_collected"
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """Under xdist the controller collects nothing: a worker sends the checks it left out at its end."""
-    state = node.config.stash[STATE]
+    state = node.config.stash.get(STATE, None)
+    if state is None:
+        return
     _skip_not_collected(state, set(getattr(node, "workeroutput", {}).get(NOT_COLLECTED_KEY, [])))
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     """Under xdist the controller collects nothing itself; each worker sends its test ids."""
-    _plan(node.config.stash[STATE], ids)
+    if STATE in node.config.stash:
+        _plan(node.config.stash[STATE], ids)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Under ``-n N`` send all of a model's cells to one worker, so each model is built once."""
-    if config.getvalue("dist") not in ("load", "loadgroup"):
+    if config.getvalue("dist") not in ("load", "loadgroup") or STATE not in config.stash:
         return None
     from xdist.scheduler import LoadScopeScheduling
 

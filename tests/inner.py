@@ -40,8 +40,8 @@ HIDDEN_ENV = ("GITHUB_STEP_SUMMARY", "PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 PLUGIN_ARGS = ("-p", "kvconform.plugin", "-p", "no:cacheprovider", "--device", "cpu")
 #: In-process only: kvconform.plugin is imported by the outer run already, so pytest cannot rewrite its asserts.
 IN_PROCESS_ARGS = ("-W", "ignore::pytest.PytestAssertRewriteWarning")
-#: Top-level module names of the suite's files: an outer run that collected suites/ holds its own under these
-#: names, which an in-process run must not see (pytest would call its copy an "import file mismatch").
+#: Top-level module names of the suite's files in an inner folder: a module another folder's run left under these
+#: names must not be seen by an in-process run (pytest would call its copy an "import file mismatch").
 SUITE_MODULES = ("conftest", "test_conformance")
 
 Shared = TypeVar("Shared")

@@ -18,13 +18,9 @@ import torch
 from kvconform.build.models import Model
 from kvconform.probe.cache_io import forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length
 from kvconform.probe.layer_state import LayerState, snapshot_layers
+from kvconform.probe.ragged_rows import ragged_row_lengths
 from kvconform.probe.reference_health import TopkTies
 from kvconform.probe.selections import SelectionReplay
-
-
-def ragged_row_lengths(batch_size: int, prompt_length: int) -> list[int]:
-    """Unpadded prompt lengths of the ragged path's rows: P, P-1, … (at least 2 tokens each)."""
-    return [max(2, prompt_length - row) for row in range(batch_size)]
 
 
 @dataclass
