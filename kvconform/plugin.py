@@ -61,6 +61,8 @@ class KvconformState:
         self.not_collected: set[str] = set()
         #: The folder under reports/ of a run that is not the default matrix ("" for the default; ``None`` until known).
         self.report_folder: str | None = None
+        #: The controller's progress.ProgressReporter (``None`` on workers).
+        self.progress: Any = None
 
     @property
     def is_worker(self) -> bool:
@@ -141,6 +143,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if not state.is_worker:
         _check_report_dir(config)
         config.pluginmanager.register(ResultCollector(state), "kvconform-results")
+        from kvconform import progress
+
+        state.progress = progress.ProgressReporter(config, lambda: _planned_by_model(state), lambda report: _progress_key(state, report),
+                                                   interval_s=progress.INTERVAL_S)
+        config.pluginmanager.register(state.progress, "kvconform-progress")
     if hasattr(config, "workerinput"):
         _share_cores(int(config.workerinput.get("workercount", 1)))
 
@@ -483,6 +490,23 @@ class ResultCollector:
         state.results[key] = row
 
 
+def _planned_by_model(state: KvconformState) -> list[tuple[str, str]]:
+    """``(model, "cell::check")`` of every planned check that runs here (not those of a missing device)."""
+    left_out = {found for nodeid in state.not_collected if (found := _parse_nodeid(nodeid))}
+    return [(state.cells_by_id[cell_id].spec.id, f"{cell_id}::{check}") for cell_id, check in sorted(state.planned or ())
+            if (check, cell_id) not in left_out and cell_id in state.cells_by_id]
+
+
+def _progress_key(state: KvconformState, report: pytest.TestReport) -> tuple[str, str, bool] | None:
+    """A conformance test's ``(model, "cell::check", whether this report ends it)``, or ``None`` for other tests."""
+    parsed = _parse_nodeid(report.nodeid)
+    if parsed is None or parsed[1] not in state.cells_by_id:
+        return None
+    check, cell_id = parsed
+    ends = report.when == "teardown" or bool(dict(report.user_properties or []).get(CRASHED_KEY))
+    return state.cells_by_id[cell_id].spec.id, f"{cell_id}::{check}", ends
+
+
 def _row(cell: Cell, check: str, nodeid: str) -> ResultRow:
     """A result row before its outcome is known (provenance is per model, in the document's ``models``)."""
     return {
@@ -623,6 +647,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         write(f"shard {config.getoption('shard')} holds no models of the matrix: nothing ran (the report says so)")
     if state.incomplete:
         write(f"kvconform: {state.incomplete}", yellow=True, bold=True)
+    progress = state.progress.summary() if state.progress is not None else None
+    if progress:
+        write(f"kvconform: {progress}")
     if state.written and state.report_folder:
         write(f"kvconform: not the default matrix, so this run's reports are in {report_dir(config)} "
               "(reports/ itself keeps the full run's; --report-dir DIR chooses)", bold=True)

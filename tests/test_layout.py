@@ -14,7 +14,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "kvconform"
 #: The plugin layer: modules that drive the stages (nothing below may import them).
 PLUMBING = ("plugin", "runner", "cells", "listing", "options", "report_dir", "diff", "repro", "provenance", "cli_models",
-            "run_scope", "command")
+            "run_scope", "command", "progress")
 #: What each stage must not import (the stages after it, and the plumbing) ...
 FORBIDDEN = {
     "build": ("probe", "checks", "report", *PLUMBING),
