@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kvconform.build.architecture_table import architecture_table
-from kvconform.build.synthetic import ZERO_INIT_STD, shrink_config
 from kvconform.cells import Cell
 from kvconform.known_failures import known_failure
 
@@ -281,6 +279,9 @@ def repro_script(cell: Cell, check: str = "parity") -> str:
     if spec.source != "synthetic":
         raise ReproError(f"{cell.id}: repro scripts rebuild synthetic (random-weight) models; {spec.source} models are loaded from {spec.location} with from_pretrained")
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from kvconform.build.architecture_table import architecture_table
+    from kvconform.build.synthetic import ZERO_INIT_STD, shrink_config
 
     config = shrink_config(spec.location, spec.config)
     sub_config = (architecture_table().get("build_from_sub_config") or {}).get(config.model_type)

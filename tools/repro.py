@@ -17,11 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from kvconform.build.architecture_table import load_architecture_table  # noqa: E402
-from kvconform.build.support import model_attention  # noqa: E402
-from kvconform.build.synthetic import causal_lm_model_types  # noqa: E402
-from kvconform.cells import expand_cells  # noqa: E402
-from kvconform.matrix import MatrixError, load_matrix  # noqa: E402
+# torch and transformers load only after the arguments parse (--help answers at once); kvconform.repro imports neither.
 from kvconform.repro import REPRO_CHECKS, ReproError, repro_script  # noqa: E402
 
 
@@ -36,6 +32,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from kvconform.build.architecture_table import load_architecture_table
+    from kvconform.build.support import model_attention
+    from kvconform.build.synthetic import causal_lm_model_types
+    from kvconform.cells import expand_cells
+    from kvconform.matrix import MatrixError, load_matrix
+
     try:
         matrix = load_matrix(args.matrix, known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1])
     except MatrixError as exc:
