@@ -78,14 +78,18 @@ def _parse_one(raw: Any, where: str) -> tuple[KnownFailure, SpecifierSet | None]
     unknown = sorted(set(raw) - set(FIELDS))
     missing = [name for name in FIELDS if name not in raw]
     if unknown or missing:
+        named = [name + (f" (did you mean {' or '.join(close)}?)" if (close := close_matches(str(name), [*FIELDS, RELEASES])) else "")
+                 for name in unknown]
         raise ValueError(f"{where}: " + "; ".join(
-            ([f"unknown field(s) {', '.join(unknown)}"] if unknown else []) + ([f"missing {', '.join(missing)}"] if missing else [])
+            ([f"unknown field(s) {', '.join(named)}"] if unknown else []) + ([f"missing {', '.join(missing)}"] if missing else [])
         ) + f" (an entry has {', '.join(FIELDS)}, and may name the {RELEASES} releases it applies to)")
     for name in FIELDS:
         if not isinstance(raw[name], str) or not raw[name].strip():
             raise ValueError(f"{where}.{name}: must be a non-empty string")
     if raw["kind"] not in KINDS:
-        raise ValueError(f"{where}.kind: {raw['kind']!r} is not one of {', '.join(KINDS)}")
+        close = close_matches(raw["kind"], KINDS)
+        hint = f"; did you mean {' or '.join(repr(kind) for kind in close)}?" if close else ""
+        raise ValueError(f"{where}.kind: {raw['kind']!r} is not one of {', '.join(KINDS)}{hint}")
     return KnownFailure(reason=raw["reason"], kind=raw["kind"], expect=raw["expect"]), releases
 
 

@@ -38,7 +38,7 @@ def render_listing(matrix: Matrix, paths: Callable[[ModelSpec], dict[str, str | 
                   tabulate(excluded, headers=("model_type", "reason"), tablefmt="github")]
     if matrix.unmatched:
         parts += ["", "sweep exclude/xfail entries naming no model_type of this transformers release "
-                  "(another release, or a typo): " + ", ".join(matrix.unmatched)]
+                  "(another release, or a typo): " + matrix.unmatched_text()]
     return "\n".join(parts)
 
 

@@ -151,6 +151,14 @@ class Matrix:
     excluded: Mapping[str, str]
     unmatched: tuple[str, ...] = ()
     """Sweep exclude/xfail names that are no model_type of the installed transformers (another release, or a typo)."""
+    unmatched_hints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """The model_types of the sweep close to each unmatched name (a typo's "did you mean")."""
+
+    def unmatched_text(self) -> str:
+        """``mistrall (did you mean mistral?), qwen``: the unmatched names with their close matches."""
+        hints = self.unmatched_hints
+        return ", ".join(f"{name} (did you mean {' or '.join(hints[name])}?)" if hints.get(name) else name
+                         for name in self.unmatched)
 
     def select(self, ids: list[str]) -> Matrix:
         """Only the models whose id matches one of ``ids`` (exact)."""
@@ -233,6 +241,7 @@ def parse_matrix(
     models: list[ModelSpec] = []
     excluded: dict[str, str] = {}
     unmatched: list[str] = []
+    hints: dict[str, tuple[str, ...]] = {}
     types: list[str] | None = None
     for index, entry in enumerate(entries):
         label = f"{where}: models[{index}]"
@@ -247,6 +256,7 @@ def parse_matrix(
                 models.extend(family_entry[0])
                 excluded.update(family_entry[1])
                 unmatched.extend(family_entry[2])
+                hints.update(family_entry[2])
                 continue
             if "sweep" in entry or "synthetic" in entry:
                 types = types if types is not None else known_model_types()
@@ -256,6 +266,7 @@ def parse_matrix(
                 excluded.update(left_out)
                 named = {*entry.get("exclude", {}), *entry.get("xfail", {})}
                 unmatched.extend(sorted(named - set(types or [])))
+                hints.update({name: tuple(close_matches(name, types or [])) for name in named - set(types or [])})
             else:
                 models.append(_parse_model(entry, defaults, label, types or []))
         except MatrixError as exc:
@@ -264,7 +275,8 @@ def parse_matrix(
         raise MatrixError(problems[0] if len(problems) == 1 else
                           f"{where}: {len(problems)} problems:\n" + "\n".join(f"  - {problem}" for problem in problems))
     _check_unique_ids(models, where)
-    return Matrix(path=path, defaults=defaults, models=tuple(models), excluded=excluded, unmatched=tuple(unmatched))
+    return Matrix(path=path, defaults=defaults, models=tuple(models), excluded=excluded, unmatched=tuple(unmatched),
+                  unmatched_hints=hints)
 
 
 def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], label: str) -> None:
@@ -485,8 +497,9 @@ def _expand_sweep(
 
 def _family_entry(
     entry: Mapping[str, Any], defaults: Settings, label: str, family_sweeps: FamilySweeps | None,
-) -> tuple[list[ModelSpec], dict[str, str], list[str]]:
-    """A family sweep (``sweep: seq2seq``) or one entry with ``family:`` -> (specs, excluded by id, unmatched names)."""
+) -> tuple[list[ModelSpec], dict[str, str], dict[str, tuple[str, ...]]]:
+    """A family sweep (``sweep: seq2seq``) or one entry with ``family:`` -> (specs, excluded by id, unmatched names
+    with their close matches)."""
     family = entry.get("sweep", entry.get("family"))
     if family not in FAMILIES:
         raise MatrixError(unknown_message(f"{label}: unknown family", str(family), FAMILIES))
@@ -499,14 +512,14 @@ def _family_entry(
     types, left_out = family_sweeps(family)
     if "sweep" not in entry:
         spec = _parse_model({k: v for k, v in entry.items() if k != "family"}, defaults, label, [*types, *left_out])
-        return [replace(spec, family=family)], {}, []
+        return [replace(spec, family=family)], {}, {}
     specs, excluded = _expand_sweep({**entry, "sweep": CAUSAL_LM}, defaults, label, [*types, *left_out], left_out)
     suffix = ID_SUFFIX[family]
     named = {*entry.get("exclude", {}), *entry.get("xfail", {})}
     return (
         [replace(spec, id=f"{spec.id}-{suffix}", family=family) for spec in specs],
         {f"{model_type}-{suffix}": reason for model_type, reason in excluded.items()},
-        sorted(named - set(types) - set(left_out)),
+        {name: tuple(close_matches(name, types)) for name in sorted(named - set(types) - set(left_out))},
     )
 
 

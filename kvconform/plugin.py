@@ -638,7 +638,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
             for model_type, reason in sorted(state.matrix.excluded.items()):
                 write(f"  {model_type}: {reason}")
     if state.matrix.unmatched:
-        write("sweep exclude/xfail entries naming no model_type of this transformers release: " + ", ".join(state.matrix.unmatched))
+        write("sweep exclude/xfail entries naming no model_type of this transformers release: " + state.matrix.unmatched_text())
     if state.not_collected:
         devices = sorted({cell.device for nodeid in state.not_collected if (cell := _nodeid_cell(state, nodeid))})
         write(f"kvconform: {len(state.not_collected)} checks left out: no {', '.join(devices)} device here "

@@ -56,6 +56,8 @@ def test_entry_precedence_is_check_at_dtype_then_check_then_star() -> None:
         ({"reason": "r", "kind": "model bug"}, "missing expect"),
         ({"reason": "r", "kind": "bug", "expect": "e"}, "'bug' is not one of model bug, model limitation, not testable"),
         ({"reason": "r", "kind": "model bug", "expect": "e", "why": "x"}, "unknown field(s) why"),
+        ({"reason": "r", "kind": "model bugg", "expect": "e"}, "'model bugg' is not one of model bug, model limitation, not testable; did you mean 'model bug'?"),
+        ({"reasn": "r", "kind": "model bug", "expect": "e"}, "unknown field(s) reasn (did you mean reason?); missing reason"),
         ({"reason": "", "kind": "model bug", "expect": "e"}, "reason: must be a non-empty string"),
     ],
 )
@@ -68,7 +70,7 @@ def test_malformed_entries_are_named(raw, error) -> None:
 def test_a_malformed_entry_in_the_matrix_is_a_matrix_error(tmp_path) -> None:
     text = (DATA / "known_failures.yaml").read_text().replace('expect: "not a multiple', 'expected: "not a multiple')
     (tmp_path / "matrix.yaml").write_text(text)
-    with pytest.raises(MatrixError, match=r"models\[0\] \(id 'broken-as-expected'\): xfail\.\*: unknown field\(s\) expected; missing expect"):
+    with pytest.raises(MatrixError, match=r"models\[0\] \(id 'broken-as-expected'\): xfail\.\*: unknown field\(s\) expected \(did you mean expect\?\); missing expect"):
         load_matrix(tmp_path / "matrix.yaml", known_model_types=lambda: ["llama"])
 
 

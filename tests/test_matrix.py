@@ -181,6 +181,7 @@ def test_sweep_names_unknown_to_this_release_are_kept_aside_not_fatal() -> None:
     """A matrix serves a range of transformers releases: a model_type another release has is no error."""
     matrix = parse([{"sweep": "causal-lm", "exclude": {"qwen": "x"}, "xfail": {"mistrall": {"parity": BUG}}}])
     assert matrix.unmatched == ("mistrall", "qwen")
+    assert matrix.unmatched_text().startswith("mistrall (did you mean mistral"), matrix.unmatched_text()
     assert "qwen" not in matrix.excluded
 
 
