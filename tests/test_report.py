@@ -286,6 +286,14 @@ def test_markdown_attention_links_each_item_to_its_details(doc: dict[str, Any]) 
     assert f"- known failure: {FIXED_REASON}" in text
 
 
+def test_the_rerun_command_of_a_model_run_names_the_model(doc: dict[str, Any]) -> None:
+    """A ``--model`` run's cells exist only with that option: its re-run commands repeat it (quoted for the shell)."""
+    doc = {**doc, "plan": {**(doc.get("plan") or {}), "selection": ["--model ./my ckpt", "--dtype float32"]}}
+    text = render_markdown(doc)
+    assert "- re-run: `python -m pytest 'suites/test_conformance.py::test_parity[tiny-gpt2[float32-cpu-dynamic]]' --model './my ckpt'`" in text
+    assert "--dtype" not in text.split("- re-run:")[1].splitlines()[0]
+
+
 def test_markdown_groups_known_failures_by_model_with_reason_and_kind(doc: dict[str, Any]) -> None:
     text = render_markdown(doc)
     evidence = BAMBA_REASON.removeprefix("model bug: ")  # the kind has its own column

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from collections import Counter
 from typing import Any
 
@@ -303,19 +304,26 @@ def attention(doc: Doc) -> list[dict[str, Any]]:
             "checks": [r["check"] for r in results],
             "results": results, "anchor": _slug(f"{outcome}-{cell_id}-{first['check']}"), "figures": figures,
             "diagnosis": first.get("reason") or diagnosis(first), "label": cell_name(first), "message": message, "reason": evidence(first),
-            "xfail_kind": first.get("xfail_kind", ""), "rerun": _rerun(results),
+            "xfail_kind": first.get("xfail_kind", ""), "rerun": _rerun(results, _cell_options(doc)),
         })
     return items
 
 
-def _rerun(results: list[dict[str, Any]]) -> str:
-    """A command that re-runs ``results`` (one test by node id, or one cell's tests by ``-k``)."""
+def _cell_options(doc: Doc) -> str:
+    """The options of the run that its cells exist only with (``--model PATH``), as a re-run needs them."""
+    selection = (doc.get("plan") or {}).get("selection") or []
+    return "".join(f" --model {shlex.quote(option.removeprefix('--model '))}" for option in selection
+                   if option.startswith("--model "))
+
+
+def _rerun(results: list[dict[str, Any]], options: str = "") -> str:
+    """A command that re-runs ``results`` (one test by node id, or one cell's tests by ``-k``) with ``options``."""
     nodeid = results[0].get("nodeid", "")
     if not nodeid:
         return ""
     if len(results) == 1:
-        return f"python -m pytest '{nodeid}'"
-    return f"python -m pytest {nodeid.split('::')[0]} -k '{results[0]['cell_id']}'"
+        return f"python -m pytest '{nodeid}'{options}"
+    return f"python -m pytest {nodeid.split('::')[0]} -k '{results[0]['cell_id']}'{options}"
 
 
 def attention_anchors(doc: Doc) -> dict[tuple[str, str], str]:
