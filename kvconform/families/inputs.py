@@ -1,8 +1,9 @@
-"""Synthetic inputs per family, shaped from the config alone (no processor, no download).
+"""Synthetic inputs per family (no download).
 
 - text: seeded random token ids that avoid every special id the config names (image, BOS, …);
-- images: ``pixel_values`` of the tower's image size (or Qwen-VL-style flattened patches with a
-  ``image_grid_thw`` grid), and as many image tokens in the prompt as the tower yields features;
+- images: what the model's own image processor makes of a synthetic image (``processors``), else
+  ``pixel_values`` of the tower's image size (or Qwen-VL-style flattened patches with a
+  ``image_grid_thw`` grid); as many image tokens in the prompt as the tower yields features;
 - speech: ``input_features`` with the config's feature width (mel bins or per-channel features)
   and the frame count its positions ask for, or raw ``input_values``.
 """
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
+from kvconform.families.processors import NoImageProcessor, processed_images
 
 #: Grid of image patches per image (before any merge of neighbouring patches).
 GRID = 4
@@ -88,7 +90,32 @@ def _first(config: Any, *names: str) -> Any:
 
 
 def image_inputs(model: Model, batch: int, seed: int) -> ImageInputs:
-    """One synthetic image per row in the layout the forward asks for, and its number of image tokens."""
+    """One synthetic image per row as the model's image processor makes it (else shaped from the config),
+    and its number of image tokens (the features the tower makes of it)."""
+    device = next(p.device for p in model.parameters())
+    try:
+        tensors, recipe = processed_images(model, batch, seed)
+    except NoImageProcessor as exc:
+        return _config_shaped(model, batch, seed, f"no image processor ({exc}): ")
+    tensors = {k: v.to(device) for k, v in {**tensors, **_query_text(model, batch, seed)}.items()}
+    return ImageInputs(tensors, image_token_id(model.config), count_image_features(model, tensors) // batch, recipe)
+
+
+#: Tokens of the instruction InstructBLIP's processor also gives its Q-Former (``qformer_input_ids``).
+QFORMER_TOKENS = 4
+
+
+def _query_text(model: Model, batch: int, seed: int) -> dict[str, torch.Tensor]:
+    """The Q-Former's own tokenization of the prompt (InstructBLIP), as random ids of its vocabulary."""
+    if not _accepts(model, "qformer_input_ids"):
+        return {}
+    vocab = int(model.config.qformer_config.vocab_size)
+    ids = text_ids(batch, QFORMER_TOKENS, seed + 4, vocab, special_token_ids(model.config.qformer_config))
+    return {"qformer_input_ids": ids, "qformer_attention_mask": torch.ones_like(ids)}
+
+
+def _config_shaped(model: Model, batch: int, seed: int, why: str) -> ImageInputs:
+    """Pixels in the layout the forward asks for, shaped from the config alone."""
     config = model.config
     vision = _vision_config(config)
     generator = torch.Generator().manual_seed(seed + 1)
@@ -119,7 +146,7 @@ def image_inputs(model: Model, batch: int, seed: int) -> ImageInputs:
         tensors["image_sizes"] = torch.tensor([list(tensors["pixel_values"].shape[-2:])] * batch, device=device)
         count = count_image_features(model, tensors)
         recipe += " with image_sizes"
-    return ImageInputs(tensors, image_token_id(config), count // batch, recipe)
+    return ImageInputs(tensors, image_token_id(config), count // batch, why + recipe)
 
 
 def count_image_features(model: Model, tensors: dict[str, torch.Tensor]) -> int:

@@ -24,6 +24,11 @@ def family_overrides(model_type: str) -> dict[str, Any]:
     return copy.deepcopy((family_table().get("overrides") or {}).get(model_type, {}))
 
 
+def prefix_lm_types() -> frozenset[str]:
+    """Vision-language types whose prompt is a bidirectional prefix marked by ``token_type_ids`` (families.yaml)."""
+    return frozenset(family_table().get("prefix_lm") or {})
+
+
 def _mapping(family: str) -> Mapping[str, str]:
     from transformers.models.auto import modeling_auto as auto
 
