@@ -67,7 +67,14 @@ class ImageInputs:
         extra = {}
         if _accepts(model, "mm_token_type_ids"):
             extra["mm_token_type_ids"] = (input_ids == self.token_id).int()
+        if _accepts(model, "image_embeds_position_mask"):  # Kosmos-2 marks the image's positions, not its ids
+            extra["image_embeds_position_mask"] = (input_ids == self.token_id).int()
         return {**self.tensors, **extra}
+
+
+#: Kosmos-2's processor fills the image's positions with ids from ``unk_token_id + 1`` on
+#: (``processing_kosmos2.py:229``; unk is 3 in its XLM-R tokenizer); its model reads only the position mask.
+KOSMOS2_FIRST_IMAGE_TOKEN = 4
 
 
 def image_token_id(config: Any) -> int:
@@ -75,6 +82,8 @@ def image_token_id(config: Any) -> int:
         value = getattr(config, name, None)
         if isinstance(value, int):
             return value
+    if getattr(config, "latent_query_num", None) is not None:
+        return KOSMOS2_FIRST_IMAGE_TOKEN
     raise ValueError(f"{type(config).__name__} names no image_token_id / image_token_index")
 
 
@@ -152,13 +161,22 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> ImageInputs
 def count_image_features(model: Model, tensors: dict[str, torch.Tensor]) -> int:
     """How many feature vectors the tower makes of ``tensors`` in all (one image token each)."""
     getter = getattr(model, "get_image_features", None) or model.model.get_image_features
-    names = inspect.signature(getter).parameters
+    names = _named(getter)
+    inner = getattr(getattr(model, "model", None), "get_image_features", None)
+    if inner is not None and "kwargs" in inspect.signature(getter).parameters:
+        names |= _named(inner)  # a forwarder passes **kwargs on to the inner model's (image_merge_sizes)
     output = getter(**{k: v for k, v in tensors.items() if k in names})
     features = getattr(output, "pooler_output", None)
     features = output if features is None else features
     if isinstance(features, torch.Tensor):
         return int(features.reshape(-1, features.shape[-1]).shape[0])
     return sum(int(f.reshape(-1, f.shape[-1]).shape[0]) for f in features)
+
+
+def _named(function: Any) -> set[str]:
+    """The parameters of ``function`` that have names (not ``*args``/``**kwargs``)."""
+    kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return {n for n, p in inspect.signature(function).parameters.items() if p.kind not in kinds}
 
 
 def encoder_config(config: Any) -> Any:

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 #: Fields of an image processor that hold a pixel length (or lists/dicts of them), scaled with the tower.
-SPATIAL_FIELDS = ("size", "crop_size", "max_image_size", "image_grid_pinpoints", "scale_resolution", "image_size",
-                  "min_size")
+SPATIAL_FIELDS = ("size", "crop_size", "max_image_size", "min_image_size", "image_grid_pinpoints", "split_resolutions",
+                  "scale_resolution", "image_size", "min_size")
 #: Dict keys of ``size`` that count pixels (Qwen-VL style ``min_pixels``/``max_pixels``) when the processor merges patches.
 PIXEL_COUNT_KEYS = ("shortest_edge", "longest_edge")
 
@@ -49,7 +49,7 @@ def _native_size(defaults: dict[str, Any]) -> int | None:
         value = defaults.get(key)
         if isinstance(value, dict) and isinstance(value.get(sub), int):
             return int(value[sub])
-    for key in ("scale_resolution", "image_size"):
+    for key in ("scale_resolution", "image_size", "max_image_size"):
         if isinstance(defaults.get(key), int):
             return int(defaults[key])
     return None
@@ -128,6 +128,9 @@ def processed_images(model: Any, batch: int, seed: int) -> tuple[dict[str, torch
     if not isinstance(pixels, torch.Tensor) or (pixels.dim() == 5 and pixels.shape[0] != batch):
         out = processor(images=[[image] for image in images], return_tensors="pt")  # a list of images per row (Idefics)
     accepted = set(inspect.signature(model.forward).parameters)
+    for owner in (model, getattr(model, "model", None)):  # what the tower reads beside the pixels (image_merge_sizes)
+        getter = getattr(owner, "get_image_features", None)
+        accepted |= set(inspect.signature(getter).parameters) if getter is not None else set()
     if "pixel_values_images" in out and "pixel_values_images" not in accepted:  # Video-LLaVA's forward renamed it
         out["pixel_values"] = out.pop("pixel_values_images")
     tensors = {k: v for k, v in out.items() if isinstance(v, torch.Tensor) and k in accepted}

@@ -17,7 +17,7 @@ from transformers import DynamicCache
 
 from kvconform.build.models import Model
 from kvconform.families.decode import Driver, FamilyRun, drive
-from kvconform.families.inputs import ImageInputs, image_inputs, special_token_ids, text_ids
+from kvconform.families.inputs import ImageInputs, image_inputs, image_token_id, special_token_ids, text_ids
 from kvconform.families.registry import prefix_lm_types
 from kvconform.probe.cache_io import cache_keyword, new_cache
 from kvconform.probe.decode import ProbePlan
@@ -45,29 +45,30 @@ def _segments(model: Model, prompt_length: int) -> Callable[[torch.Tensor], dict
 
 
 def inner_language_model(model: Model) -> Model | None:
-    """The language model a BLIP-2-style model decodes with, when its own forward takes no cache argument.
+    """The decoder a model's own ``generate()`` hands the prompt to, with the image merged into its embeddings.
 
-    Its ``generate()`` merges the image into the prompt's embeddings once and hands them to
-    ``self.language_model.generate`` (``modeling_blip_2.py``: ``Blip2ForConditionalGeneration.generate``),
-    so every decode step runs the language model alone; the prefill passes the cache through the
-    forward's ``**kwargs`` to it.
+    BLIP-2 and InstructBLIP call ``self.language_model.generate`` (``modeling_blip_2.py``:
+    ``Blip2ForConditionalGeneration.generate``), Kosmos-2 ``self.text_model.generate``: every decode step
+    runs that decoder alone (the outer forward needs the image), and the prefill passes the cache through
+    the outer forward to it. Read from the class's own ``generate`` source, not a list of model types.
     """
-    try:
-        cache_keyword(model)
+    from transformers import GenerationMixin
+
+    generate = getattr(type(model), "generate", None)
+    if generate is None or generate is GenerationMixin.generate:
         return None
-    except TypeError:
-        inner = getattr(model, "language_model", None)
-        if inner is None or "kwargs" not in inspect.signature(model.forward).parameters:
-            raise
-        cache_keyword(inner)
-        return inner
+    source = inspect.getsource(generate)
+    for name in ("language_model", "text_model"):
+        if f"self.{name}.generate(" in source and getattr(model, name, None) is not None:
+            return getattr(model, name)
+    return None
 
 
 def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: ImageInputs | None,
             forbidden: set[int]) -> Driver:
     inner = inner_language_model(model)
     decoder = inner if inner is not None else model
-    if inner is not None and image is None:  # its forward needs pixels: a text-only prompt is the language model's
+    if inner is not None and image is None:  # its forward needs an image: a text-only prompt is the decoder's
         model = inner
     keyword = cache_keyword(decoder)
     total = prompt.shape[1] + plan.decode_steps
@@ -99,7 +100,7 @@ def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: ImageInp
 
 def probe_vision_language(model: Model, plan: ProbePlan) -> tuple[FamilyRun, FamilyRun, str]:
     """(run with an image, text-only run, how the image was made); the image run's plan counts image tokens."""
-    forbidden = special_token_ids(model.config)
+    forbidden = special_token_ids(model.config) | {image_token_id(model.config)}
     vocab = model.config.get_text_config(decoder=True).vocab_size
     device = next(p.device for p in model.parameters())
     text = text_ids(plan.batch_size, plan.prompt_length, plan.seed, vocab, forbidden).to(device)
