@@ -6,7 +6,9 @@
   (the encoder output minus its first position) and replaces the cached ones;
 - ``mrope_deltas_dropped``: decode steps of a multimodal-rotary model forget ``rope_deltas``, so positions
   after the image continue from the token count instead of the image's last position;
-- ``positions_restart_after_image``: decode steps of a multimodal-rotary model restart their positions at 0.
+- ``positions_restart_after_image``: decode steps of a multimodal-rotary model restart their positions at 0;
+- ``lm_positions_restart_after_image``: the OPT language model inside BLIP-2, prefilled with the merged image
+  and prompt embeddings, restarts its decode steps' learned positions at 0 (as if only ids counted).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 import torch
 from transformers.cache_utils import EncoderDecoderCache
+from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 
 from tests.faults import Patch, patched
@@ -74,11 +77,24 @@ def _restarted(model: Any, batch: int, length: int, new: int) -> torch.Tensor:
     return torch.arange(new).view(1, 1, -1).expand(3, batch, -1)
 
 
+def _lm_positions_restart() -> list[Patch]:
+    original = OPTLearnedPositionalEmbedding.forward
+
+    def forward(self: Any, attention_mask: torch.Tensor, cache_length: int = 0, position_ids: Any = None) -> torch.Tensor:
+        if cache_length > 0:  # a decode step: positions from 0 instead of after the cached image and prompt
+            new = attention_mask.shape[1] - cache_length
+            position_ids = torch.arange(new, device=attention_mask.device).expand(attention_mask.shape[0], -1)
+        return original(self, attention_mask, cache_length, position_ids)
+
+    return [(OPTLearnedPositionalEmbedding, "forward", forward)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_grows": lambda: _cross_cache_patch(short=False),
     "cross_recomputed_short": lambda: _cross_cache_patch(short=True),
     "mrope_deltas_dropped": lambda: _decode_positions(_without_deltas),
     "positions_restart_after_image": lambda: _decode_positions(_restarted),
+    "lm_positions_restart_after_image": _lm_positions_restart,
 }
 
 

@@ -15,7 +15,8 @@ from kvconform.results import CheckResult
 from tests.conftest import TOLERANCES
 from tests.family_faults import planted
 
-MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE}
+MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE,
+          "blip-2": VISION_LANGUAGE, "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE}
 
 
 @pytest.fixture(scope="session")
@@ -81,8 +82,8 @@ def test_vision_language_prompt_holds_the_image_tokens(family_model):
     assert "16 image tokens at positions 2-17 of a 22-token prompt" in probe.inputs
     assert results["growth"].measured.startswith("22→23")
     qwen, _ = probe_and_check(family_model("qwen2_vl"), VISION_LANGUAGE)
-    # A 4 × 4 patch grid merged 2 × 2: 4 image tokens.
-    assert "4 image tokens at positions 2-5 of a 10-token prompt" in qwen.inputs
+    # Its processor makes a 32 × 64 image a 4 × 8 grid of 8-pixel patches, merged 2 × 2: 8 image tokens.
+    assert "8 image tokens at positions 2-9 of a 14-token prompt" in qwen.inputs
 
 
 @pytest.mark.parametrize("model_type", ["bart", "whisper"])
@@ -117,6 +118,41 @@ def test_positions_that_drift_after_the_image_are_caught_and_located(fault):
     prompt = probe.record.plan.prompt_length
     assert f"layer 0, position {prompt} (keys): keys differ while values agree" in results["parity"].message, results["parity"].message
     assert results["text_only"].passed, "a text-only prompt has no image to drift after"
+    assert results["growth"].passed and results["shapes"].passed
+
+
+def test_inputs_come_from_the_models_own_processor(family_model):
+    """Anyres tiles and the image sizes of LLaVA-NeXT's processor; BLIP-2's query tokens; PaliGemma's prefix."""
+    probe, _ = probe_and_check(family_model("llava_next"), VISION_LANGUAGE)
+    # A 32 x 64 image on a 32-pixel tower: the base image and two tiles, 5-D pixel_values with image_sizes.
+    assert "LlavaNextImageProcessorPil" in probe.inputs and "pixel_values [2, 3, 3, 32, 32], image_sizes [2, 2]" in probe.inputs
+    blip, _ = probe_and_check(family_model("blip-2"), VISION_LANGUAGE)
+    assert "32 image tokens" in blip.inputs, "num_query_tokens placeholders"
+    assert blip.record.cache_class == "DynamicCache" and blip.text_only is not None
+
+
+def test_a_prefix_lm_decodes_its_suffix_causally(family_model):
+    """PaliGemma: without token_type_ids the uncached pass attends bidirectionally and is not prefix-stable."""
+    from kvconform.families import vision_language
+
+    _, results = probe_and_check(family_model("paligemma"), VISION_LANGUAGE)
+    assert results["parity"].passed and results["text_only"].passed
+    original = vision_language.prefix_lm_types
+    vision_language.prefix_lm_types = lambda: frozenset()
+    try:
+        _, unmarked = probe_and_check(family_model("paligemma"), VISION_LANGUAGE)
+    finally:
+        vision_language.prefix_lm_types = original
+    assert not unmarked["parity"].passed and "not prefix-stable" in unmarked["parity"].message
+
+
+def test_language_model_positions_that_restart_after_the_image_are_caught_and_located(family_model):
+    """BLIP-2 decodes through its language model: positions restarting there after the image prefix are caught."""
+    with planted("lm_positions_restart_after_image"):
+        probe, results = probe_and_check(family_model("blip-2"), VISION_LANGUAGE)
+    assert not results["parity"].passed and not results["text_only"].passed
+    prompt = probe.record.plan.prompt_length
+    assert f"layer 0, position {prompt}" in results["parity"].message, results["parity"].message
     assert results["growth"].passed and results["shapes"].passed
 
 

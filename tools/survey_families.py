@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from kvconform.families import CAUSAL_LM, FAMILIES  # noqa: E402
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where ``exc`` was raised: the innermost frame in transformers (``models/x/modeling_x.py:123``), else the innermost."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    inside = [f for f in frames if "/transformers/" in f.filename]
+    frame = (inside or frames)[-1]
+    path = frame.filename.split("/transformers/", 1)[-1] if inside else frame.filename.rsplit("/", 1)[-1]
+    return f"{path}:{frame.lineno}"
 
 
 def survey_one(family: str, model_type: str) -> dict[str, Any]:
@@ -40,8 +50,9 @@ def survey_one(family: str, model_type: str) -> dict[str, Any]:
         plan = ProbePlan(batch_size=2, prompt_length=6, decode_steps=8, seed=0, generate=False, locate_tolerance=tolerance)
         probe = probe_family(model, plan, family)
     except Exception as exc:  # noqa: BLE001 - the survey reports it
-        text = " ".join(f"{type(exc).__name__}: {exc}".split())
-        return {"type": model_type, "outcome": "error", "message": text[:300], "seconds": round(time.perf_counter() - start, 2)}
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+        return {"type": model_type, "outcome": "error", "message": f"{text} ({raised_at(exc)})",
+                "seconds": round(time.perf_counter() - start, 2)}
     results = run_all_family(probe, family, tolerance).values()
     failed = {r.name: r.message.splitlines()[0][:300] for r in results if not r.passed}
     return {"type": model_type, "outcome": "fail" if failed else "ok", "failed": failed, "inputs": probe.inputs,

@@ -85,6 +85,15 @@ def _fit_mrope(values: dict[str, Any]) -> None:
         rope["mrope_section"] = _scaled_section(list(rope.get("mrope_section") or DEFAULT_MROPE_SECTION), rotary // 2)
 
 
+def _scale_grid(merged: dict[str, Any], full: Mapping[str, Any]) -> None:
+    """Anyres grids (``image_grid_pinpoints``) scaled with the tower, as a checkpoint's match its tower's size."""
+    native = (full.get("vision_config") or {}).get("image_size")
+    tower = (merged.get("vision_config") or {}).get("image_size")
+    grid = merged.get("image_grid_pinpoints")
+    if isinstance(native, int) and isinstance(tower, int) and isinstance(grid, list) and native != tower:
+        merged["image_grid_pinpoints"] = [[max(tower, round(side * tower / native)) for side in pair] for pair in grid]
+
+
 def _default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConfig:
     try:
         return AutoConfig.for_model(model_type)
@@ -104,6 +113,7 @@ def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, A
     _shrink_towers(merged)
     if family == VISION_LANGUAGE:
         _fit_mrope(merged)
+        _scale_grid(merged, full)
     # Only what changed goes back in (sub-configs whole), as the causal shrink does.
     values = {key: value for key, value in merged.items() if value != full.get(key)}
     merge_overrides(values, fixes)

@@ -1,8 +1,9 @@
-"""Synthetic inputs per family, shaped from the config alone (no processor, no download).
+"""Synthetic inputs per family (no download).
 
 - text: seeded random token ids that avoid every special id the config names (image, BOS, …);
-- images: ``pixel_values`` of the tower's image size (or Qwen-VL-style flattened patches with a
-  ``image_grid_thw`` grid), and as many image tokens in the prompt as the tower yields features;
+- images: what the model's own image processor makes of a synthetic image (``processors``), else
+  ``pixel_values`` of the tower's image size (or Qwen-VL-style flattened patches with a
+  ``image_grid_thw`` grid); as many image tokens in the prompt as the tower yields features;
 - speech: ``input_features`` with the config's feature width (mel bins or per-channel features)
   and the frame count its positions ask for, or raw ``input_values``.
 """
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
+from kvconform.families.processors import NoImageProcessor, processed_images
 
 #: Grid of image patches per image (before any merge of neighbouring patches).
 GRID = 4
@@ -65,7 +67,14 @@ class ImageInputs:
         extra = {}
         if _accepts(model, "mm_token_type_ids"):
             extra["mm_token_type_ids"] = (input_ids == self.token_id).int()
+        if _accepts(model, "image_embeds_position_mask"):  # Kosmos-2 marks the image's positions, not its ids
+            extra["image_embeds_position_mask"] = (input_ids == self.token_id).int()
         return {**self.tensors, **extra}
+
+
+#: Kosmos-2's processor fills the image's positions with ids from ``unk_token_id + 1`` on
+#: (``processing_kosmos2.py:229``; unk is 3 in its XLM-R tokenizer); its model reads only the position mask.
+KOSMOS2_FIRST_IMAGE_TOKEN = 4
 
 
 def image_token_id(config: Any) -> int:
@@ -73,6 +82,8 @@ def image_token_id(config: Any) -> int:
         value = getattr(config, name, None)
         if isinstance(value, int):
             return value
+    if getattr(config, "latent_query_num", None) is not None:
+        return KOSMOS2_FIRST_IMAGE_TOKEN
     raise ValueError(f"{type(config).__name__} names no image_token_id / image_token_index")
 
 
@@ -88,7 +99,32 @@ def _first(config: Any, *names: str) -> Any:
 
 
 def image_inputs(model: Model, batch: int, seed: int) -> ImageInputs:
-    """One synthetic image per row in the layout the forward asks for, and its number of image tokens."""
+    """One synthetic image per row as the model's image processor makes it (else shaped from the config),
+    and its number of image tokens (the features the tower makes of it)."""
+    device = next(p.device for p in model.parameters())
+    try:
+        tensors, recipe = processed_images(model, batch, seed)
+    except NoImageProcessor as exc:
+        return _config_shaped(model, batch, seed, f"no image processor ({exc}): ")
+    tensors = {k: v.to(device) for k, v in {**tensors, **_query_text(model, batch, seed)}.items()}
+    return ImageInputs(tensors, image_token_id(model.config), count_image_features(model, tensors) // batch, recipe)
+
+
+#: Tokens of the instruction InstructBLIP's processor also gives its Q-Former (``qformer_input_ids``).
+QFORMER_TOKENS = 4
+
+
+def _query_text(model: Model, batch: int, seed: int) -> dict[str, torch.Tensor]:
+    """The Q-Former's own tokenization of the prompt (InstructBLIP), as random ids of its vocabulary."""
+    if not _accepts(model, "qformer_input_ids"):
+        return {}
+    vocab = int(model.config.qformer_config.vocab_size)
+    ids = text_ids(batch, QFORMER_TOKENS, seed + 4, vocab, special_token_ids(model.config.qformer_config))
+    return {"qformer_input_ids": ids, "qformer_attention_mask": torch.ones_like(ids)}
+
+
+def _config_shaped(model: Model, batch: int, seed: int, why: str) -> ImageInputs:
+    """Pixels in the layout the forward asks for, shaped from the config alone."""
     config = model.config
     vision = _vision_config(config)
     generator = torch.Generator().manual_seed(seed + 1)
@@ -119,19 +155,28 @@ def image_inputs(model: Model, batch: int, seed: int) -> ImageInputs:
         tensors["image_sizes"] = torch.tensor([list(tensors["pixel_values"].shape[-2:])] * batch, device=device)
         count = count_image_features(model, tensors)
         recipe += " with image_sizes"
-    return ImageInputs(tensors, image_token_id(config), count // batch, recipe)
+    return ImageInputs(tensors, image_token_id(config), count // batch, why + recipe)
 
 
 def count_image_features(model: Model, tensors: dict[str, torch.Tensor]) -> int:
     """How many feature vectors the tower makes of ``tensors`` in all (one image token each)."""
     getter = getattr(model, "get_image_features", None) or model.model.get_image_features
-    names = inspect.signature(getter).parameters
+    names = _named(getter)
+    inner = getattr(getattr(model, "model", None), "get_image_features", None)
+    if inner is not None and "kwargs" in inspect.signature(getter).parameters:
+        names |= _named(inner)  # a forwarder passes **kwargs on to the inner model's (image_merge_sizes)
     output = getter(**{k: v for k, v in tensors.items() if k in names})
     features = getattr(output, "pooler_output", None)
     features = output if features is None else features
     if isinstance(features, torch.Tensor):
         return int(features.reshape(-1, features.shape[-1]).shape[0])
     return sum(int(f.reshape(-1, f.shape[-1]).shape[0]) for f in features)
+
+
+def _named(function: Any) -> set[str]:
+    """The parameters of ``function`` that have names (not ``*args``/``**kwargs``)."""
+    kinds = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return {n for n, p in inspect.signature(function).parameters.items() if p.kind not in kinds}
 
 
 def encoder_config(config: Any) -> Any:

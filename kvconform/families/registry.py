@@ -24,6 +24,11 @@ def family_overrides(model_type: str) -> dict[str, Any]:
     return copy.deepcopy((family_table().get("overrides") or {}).get(model_type, {}))
 
 
+def prefix_lm_types() -> frozenset[str]:
+    """Vision-language types whose prompt is a bidirectional prefix marked by ``token_type_ids`` (families.yaml)."""
+    return frozenset(family_table().get("prefix_lm") or {})
+
+
 def _mapping(family: str) -> Mapping[str, str]:
     from transformers.models.auto import modeling_auto as auto
 
@@ -58,6 +63,10 @@ def _structural_reason(family: str, model_type: str) -> str | None:
             return "also a causal-LM type: the causal-lm sweep runs it (text prompt)"
         if model_type in seq2seq:
             return "an encoder-decoder: the seq2seq sweep runs it"
+        if _is_encoder_decoder(model_type):
+            return ("an encoder-decoder over the image (config.is_encoder_decoder is True): the image goes to the encoder "
+                    "and text is decoded with a cross-attention cache; the vision-language cell drives decoder-only "
+                    "models, and the seq2seq driver feeds its encoder text or speech, not images (not built yet)")
         return None
     if _is_encoder_decoder(model_type) is False:
         return ("decoder-only (config.is_encoder_decoder is False): an audio-language model with no cross-attention "

@@ -7,14 +7,18 @@ layer and position. A text-only prompt on the same model is the second record.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 
 from kvconform.build.models import Model
 from kvconform.families.decode import Driver, FamilyRun, drive
-from kvconform.families.inputs import ImageInputs, image_inputs, special_token_ids, text_ids
+from kvconform.families.inputs import ImageInputs, image_inputs, image_token_id, special_token_ids, text_ids
+from kvconform.families.registry import prefix_lm_types
 from kvconform.probe.cache_io import cache_keyword, new_cache
 from kvconform.probe.decode import ProbePlan
 
@@ -22,22 +26,72 @@ from kvconform.probe.decode import ProbePlan
 TEXT_BEFORE_IMAGE = 2
 
 
+def _segments(model: Model, prompt_length: int) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
+    """``ids -> {"token_type_ids": ...}`` for a prefix-LM (the prompt 0, every later token 1), else nothing.
+
+    As its processor makes them for a prompt (all 0, ``processing_paligemma.py``: ``return_token_type_ids``)
+    and ``generate()`` extends them (each generated token 1, ``modeling_paligemma.py``
+    ``_update_model_kwargs_for_generation``): the prompt attends bidirectionally, the suffix causally.
+    """
+    if model.config.model_type not in prefix_lm_types():
+        return lambda ids: {}
+
+    def types(ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        marks = torch.ones_like(ids)
+        marks[:, :prompt_length] = 0
+        return {"token_type_ids": marks}
+
+    return types
+
+
+def inner_language_model(model: Model) -> Model | None:
+    """The decoder a model's own ``generate()`` hands the prompt to, with the image merged into its embeddings.
+
+    BLIP-2 and InstructBLIP call ``self.language_model.generate`` (``modeling_blip_2.py``:
+    ``Blip2ForConditionalGeneration.generate``), Kosmos-2 ``self.text_model.generate``: every decode step
+    runs that decoder alone (the outer forward needs the image), and the prefill passes the cache through
+    the outer forward to it. Read from the class's own ``generate`` source, not a list of model types.
+    """
+    from transformers import GenerationMixin
+
+    generate = getattr(type(model), "generate", None)
+    if generate is None or generate is GenerationMixin.generate:
+        return None
+    source = inspect.getsource(generate)
+    for name in ("language_model", "text_model"):
+        if f"self.{name}.generate(" in source and getattr(model, name, None) is not None:
+            return getattr(model, name)
+    return None
+
+
 def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: ImageInputs | None,
             forbidden: set[int]) -> Driver:
-    keyword = cache_keyword(model)
+    inner = inner_language_model(model)
+    decoder = inner if inner is not None else model
+    if inner is not None and image is None:  # its forward needs an image: a text-only prompt is the decoder's
+        model = inner
+    keyword = cache_keyword(decoder)
     total = prompt.shape[1] + plan.decode_steps
+    segments = _segments(model, prompt.shape[1])
 
     def pixels(ids: torch.Tensor) -> dict[str, Any]:
-        return image.for_sequence(model, ids) if image is not None else {}
+        return {**(image.for_sequence(model, ids) if image is not None else {}), **segments(ids)}
 
     def cached(ids: torch.Tensor) -> Any:
-        cache = new_cache(model, plan.cache, total)
-        return model(input_ids=ids, use_cache=True, **pixels(ids), **({keyword: cache} if cache is not None else {}))
+        cache = new_cache(decoder, plan.cache, total)
+        if cache is None and inner is not None:  # kept by the caller: the outer output does not return it
+            cache = DynamicCache(config=inner.config)
+        output = model(input_ids=ids, use_cache=True, **pixels(ids), **({keyword: cache} if cache is not None else {}))
+        return getattr(output, "language_model_outputs", None) or output
+
+    def step(token: torch.Tensor, cache: Any) -> Any:
+        marks = {k: torch.ones_like(token) for k in segments(token)}  # a generated token is in the suffix
+        return decoder(input_ids=token, use_cache=True, **marks, **{keyword: cache})
 
     return Driver(
         prompt=prompt,
         prefill=lambda: cached(prompt),
-        step=lambda token, cache: model(input_ids=token, use_cache=True, **{keyword: cache}),
+        step=step,
         reference=lambda ids: model(input_ids=ids, use_cache=False, **pixels(ids)),
         fresh=cached,
         forbidden=forbidden,
@@ -46,7 +100,7 @@ def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: ImageInp
 
 def probe_vision_language(model: Model, plan: ProbePlan) -> tuple[FamilyRun, FamilyRun, str]:
     """(run with an image, text-only run, how the image was made); the image run's plan counts image tokens."""
-    forbidden = special_token_ids(model.config)
+    forbidden = special_token_ids(model.config) | {image_token_id(model.config)}
     vocab = model.config.get_text_config(decoder=True).vocab_size
     device = next(p.device for p in model.parameters())
     text = text_ids(plan.batch_size, plan.prompt_length, plan.seed, vocab, forbidden).to(device)

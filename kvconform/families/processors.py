@@ -1,0 +1,143 @@
+"""Image inputs as the model's own image processor makes them: its PIL backend, sized to the shrunk tower.
+
+The processor class is the one ``AutoImageProcessor`` maps for the model type, constructed with its
+defaults (no download) and every spatial field scaled from its native size to the tower's: tiles,
+anyres grids, patch layouts, pixel masks and grid sizes come out as users get them, only smaller.
+The synthetic image is seeded noise, twice as wide as high, so tiling and unpadding paths run.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from typing import Any
+
+import torch
+
+#: Fields of an image processor that hold a pixel length (or lists/dicts of them), scaled with the tower.
+SPATIAL_FIELDS = ("size", "crop_size", "max_image_size", "min_image_size", "image_grid_pinpoints", "split_resolutions",
+                  "scale_resolution", "image_size", "min_size")
+#: Dict keys of ``size`` that count pixels (Qwen-VL style ``min_pixels``/``max_pixels``) when the processor merges patches.
+PIXEL_COUNT_KEYS = ("shortest_edge", "longest_edge")
+
+
+class NoImageProcessor(Exception):
+    """The model type has no image processor usable here (none mapped, or only a torchvision backend)."""
+
+
+def image_processor_class(model_type: str) -> type:
+    """The PIL-backend image processor class transformers maps for ``model_type`` (else its only backend)."""
+    from transformers.models.auto.auto_mappings import IMAGE_PROCESSOR_MAPPING_NAMES
+    from transformers.models.auto.image_processing_auto import get_image_processor_class_from_name
+
+    backends = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type)
+    if not backends:
+        raise NoImageProcessor(f"transformers maps no image processor for {model_type!r}")
+    name = backends.get("pil")
+    if name is None:
+        raise NoImageProcessor(f"its image processor {backends.get('torchvision')} has only a torchvision backend")
+    cls = get_image_processor_class_from_name(name)
+    if cls is None or getattr(cls, "is_dummy", False):
+        raise NoImageProcessor(f"{name} cannot be imported (pillow missing?)")
+    return cls
+
+
+def _native_size(defaults: dict[str, Any]) -> int | None:
+    """The processor's own output side length its other sizes relate to."""
+    for key, sub in (("crop_size", "height"), ("size", "height"), ("size", "shortest_edge"), ("max_image_size", "longest_edge"),
+                     ("size", "longest_edge")):
+        value = defaults.get(key)
+        if isinstance(value, dict) and isinstance(value.get(sub), int):
+            return int(value[sub])
+    for key in ("scale_resolution", "image_size", "max_image_size"):
+        if isinstance(defaults.get(key), int):
+            return int(defaults[key])
+    return None
+
+
+def _scaled(value: Any, ratio: float, floor: int) -> Any:
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, (int, float)):
+        return max(floor, round(value * ratio))
+    if isinstance(value, dict):
+        return {k: _scaled(v, ratio, floor) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scaled(v, ratio, floor) for v in value]
+    return value
+
+
+def _get(config: Any, name: str) -> Any:
+    value = getattr(config, name, None)
+    return value[0] if isinstance(value, (list, tuple)) and value and isinstance(value[0], int) else value
+
+
+def processor_kwargs(cls: type, config: Any) -> tuple[dict[str, Any], int]:
+    """Constructor overrides that size ``cls`` to the tower of ``config``, and the side of the synthetic image."""
+    vision = getattr(config, "vision_config", None) or config
+    tower = int(_get(vision, "image_size") or 32)
+    patch = int(_get(vision, "patch_size") or 8)
+    defaults = cls().to_dict()
+    out: dict[str, Any] = {}
+    if "merge_size" in defaults:  # Qwen-VL style: size bounds count pixels; patches merge spatial_merge_size²
+        merge = int(getattr(vision, "spatial_merge_size", None) or defaults["merge_size"])
+        out["merge_size"] = merge
+        side = patch * merge * 2  # a 4 × 4 grid of patches (2 × 2 merged tokens), doubled in width below
+        out["size"] = {"shortest_edge": side * side, "longest_edge": 2 * side * side}
+        if "temporal_patch_size" in defaults and getattr(vision, "temporal_patch_size", None):
+            out["temporal_patch_size"] = int(vision.temporal_patch_size)
+        tower = side
+    else:
+        native = _native_size(defaults)
+        if native:
+            ratio = tower / native
+            for key in SPATIAL_FIELDS:
+                if key in defaults and defaults[key] is not None:
+                    out[key] = _scaled(defaults[key], ratio, 1)
+    if isinstance(defaults.get("patch_size"), dict):
+        out["patch_size"] = {"height": patch, "width": patch}
+    elif isinstance(defaults.get("patch_size"), int):
+        out["patch_size"] = patch
+    # A published processor config repeats the model config's own anyres grid.
+    if "image_grid_pinpoints" in defaults and getattr(config, "image_grid_pinpoints", None):
+        out["image_grid_pinpoints"] = copy.deepcopy(config.image_grid_pinpoints)
+    return out, tower
+
+
+def synthetic_images(batch: int, height: int, width: int, seed: int) -> list[Any]:
+    """``batch`` seeded-noise RGB PIL images of ``height`` × ``width``."""
+    from PIL import Image
+
+    generator = torch.Generator().manual_seed(seed + 3)
+    pixels = torch.randint(0, 256, (batch, height, width, 3), generator=generator, dtype=torch.uint8)
+    return [Image.fromarray(p.numpy(), mode="RGB") for p in pixels]
+
+
+def processed_images(model: Any, batch: int, seed: int) -> tuple[dict[str, torch.Tensor], str]:
+    """What the model's image processor makes of one synthetic image per row, and how it was configured."""
+    config = model.config
+    cls = image_processor_class(config.model_type)
+    kwargs, side = processor_kwargs(cls, config)
+    processor = cls(**kwargs)
+    images = synthetic_images(batch, side, 2 * side, seed)
+    try:
+        out = processor(images=images, return_tensors="pt")
+    except (ValueError, TypeError, IndexError):
+        out = None
+    pixels = out.get("pixel_values") if out is not None else None
+    if not isinstance(pixels, torch.Tensor) or (pixels.dim() == 5 and pixels.shape[0] != batch):
+        out = processor(images=[[image] for image in images], return_tensors="pt")  # a list of images per row (Idefics)
+    accepted = set(inspect.signature(model.forward).parameters)
+    for owner in (model, getattr(model, "model", None)):  # what the tower reads beside the pixels (image_merge_sizes)
+        getter = getattr(owner, "get_image_features", None)
+        accepted |= set(inspect.signature(getter).parameters) if getter is not None else set()
+    if "pixel_values_images" in out and "pixel_values_images" not in accepted:  # Video-LLaVA's forward renamed it
+        out["pixel_values"] = out.pop("pixel_values_images")
+    tensors = {k: v for k, v in out.items() if isinstance(v, torch.Tensor) and k in accepted}
+    if "pixel_values" not in tensors:
+        raise NoImageProcessor(f"{cls.__name__} makes {sorted(out)}, none of which the forward takes as pixel_values")
+    dtype = next(model.parameters()).dtype
+    tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
+    shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in tensors.items())
+    sized = ", ".join(f"{k}={v}" for k, v in kwargs.items() if k != "image_grid_pinpoints")
+    return tensors, f"{cls.__name__}({sized}) on a {side}x{2 * side} image: {shapes}"
