@@ -329,7 +329,9 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     state = node.config.stash.get(STATE, None)
     if state is None:
         return
-    _skip_not_collected(state, set(getattr(node, "workeroutput", {}).get(NOT_COLLECTED_KEY, [])))
+    left_out = set(getattr(node, "workeroutput", {}).get(NOT_COLLECTED_KEY, []))
+    state.not_collected |= left_out  # the terminal summary counts them; the progress leaves them out
+    _skip_not_collected(state, left_out)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -180,6 +180,8 @@ def test_cuda_cells_leave_the_run_but_stay_counted_with_k_and_under_xdist(inner:
         assert [(group["reason"], group["checks"], group["cells"]) for group in doc["not_run"]] == [
             ("cuda: no CUDA device on this machine (torch.cuda.is_available() is False)", 2, 2)]
         assert doc["run"]["planned"] == 4 and doc["run"]["complete"], doc["run"]
+        assert "kvconform: 2 checks left out: no cuda device here" in run.out, run.out[-2000:]  # the controller hears of them
+        assert "kvconform: 1 of 1 models done (2 of 2 checks) in " in run.out, run.out[-2000:]  # progress leaves them out
     assert re.search(r"\b2 passed, \d+ deselected", runs[0].out) and not re.search(r"\d+ skipped", runs[0].out), runs[0].out
 
 

@@ -100,6 +100,7 @@ def test_installed_command_checks_a_checkpoint_outside_the_checkout(installed: I
     checks pass, and the reports are written there, in the run's own folder."""
     done = installed.run("kvconform", "--model", "./tiny-llama", *ONE_CELL, "-q")
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert "PytestAssertRewriteWarning" not in done.stdout, done.stdout[-3000:]  # the command imports kvconform first
     folder = installed.work / "reports" / "model-tiny-llama_dtype-float32_cache-dynamic_attn-sdpa"
     assert f"report: {folder / 'conformance.md'}" in done.stdout, done.stdout[-3000:]
     doc = json.loads((folder / "conformance.json").read_text())
