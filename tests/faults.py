@@ -230,7 +230,33 @@ def fp8_scale_drift() -> list[Patch]:
     return [(Fp8QuantizedLayer, "_quantize", _quantize)]
 
 
+def cached_prefill_shift() -> list[Patch]:
+    """The model's ``use_cache=True`` path shifts every logit of a prefill into an empty cache by max|logit|.
+
+    No cache entry is read and none is wrong (the K/V are untouched), and a constant shift keeps every argmax and
+    log-softmax: only the cached prefill's logits leave the uncached pass, so the diagnosis must not blame a cache read.
+    """
+    from functools import wraps
+
+    from transformers import LlamaForCausalLM
+
+    original = LlamaForCausalLM.forward
+
+    @wraps(original)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        empty = cache is None or cache.get_seq_length() == 0
+        tokens = kwargs["input_ids"].shape[1] if kwargs.get("input_ids") is not None else 1
+        output = original(self, *args, **kwargs)
+        if kwargs.get("use_cache") and empty and tokens > 1:
+            output.logits = output.logits + output.logits.abs().amax()
+        return output
+
+    return [(LlamaForCausalLM, "forward", forward)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
+    "cached_prefill_shift": cached_prefill_shift,
     "beam_not_reordered": beam_not_reordered,
     "crop_one_short": crop_one_short,
     "static_not_reordered": static_not_reordered,

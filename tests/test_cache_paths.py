@@ -104,6 +104,16 @@ def test_crop_is_not_applicable_past_a_static_window(runner):
     assert crop.not_applicable and "not croppable" in crop.not_applicable and "StaticSlidingWindowLayer" in crop.not_applicable
 
 
+def test_a_prefill_split_that_follows_the_static_cache_names_it(runner):
+    """gpt_neo's eager local attention with a StaticCache (a model bug, model_matrix.yaml): the cached prefill already
+    differs, while a prefill into a plain DynamicCache agrees, so the diagnosis names the cell's cache class and
+    blames no cache read."""
+    parity = run_checks(runner, _spec("gpt_neo"), "float32", "static", "eager")["parity"]
+    assert not parity.passed and parity.details["diagnosis"] == "prefill differs", parity.message
+    assert ("before any cache entry was read, so this is not a cache-read fault: a prefill into an empty plain "
+            "DynamicCache agrees (|Δ| 0), so the prefill changes with the cell's StaticCache") in parity.message
+
+
 def test_beam_is_not_applicable_where_the_models_generate_refuses_it_and_musicgen_generate_runs(runner):
     """musicgen_melody's own generate() does greedy search and sampling only (modeling_musicgen_melody.py:1071): the
     beam check is not applicable in its words. With the published decoder_start_token_id its greedy generate() and

@@ -26,6 +26,10 @@ BYTES_PER_VALUE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1
 STORED_DTYPE = {"quantized": "float8_e4m3fn"}
 #: Bytes of one quantization scale (float32).
 SCALE_BYTES = 4
+#: The diagnosis of a parity failure that starts at the prefill, before any cache entry was read.
+PREFILL_DIFFERS = "prefill differs"
+#: Extra paths whose step 0 is a prefill into an empty cache (the others' first step reads a cache).
+PREFILL_PATHS = ("ragged",)
 
 
 def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
@@ -77,6 +81,11 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
         lines.append(f"not a cache fault: {record.topk_ties.describe()}")
     if record.prefix_instability is not None:
         lines.append(f"not a cache fault: {record.prefix_instability.describe()}, so no cache can match it")
+    if diagnosis == PREFILL_DIFFERS and record.prefill_split is not None:
+        lines.append(record.prefill_split.describe())
+        if record.divergence is not None:  # a located fact, but the prefill split comes first
+            lines.append(f"stored K/V at the end of the decode: {record.divergence.describe()}")
+            details["divergence"] = record.divergence.describe()
     # Only a sound reference lets the K/V localization blame the cache.
     if diagnosis == "cache fault" and record.divergence is not None:
         lines.append(record.divergence.describe())
@@ -107,6 +116,8 @@ def _diagnosis(record: ProbeRecord) -> str:
         return "top-k ties"
     if record.prefix_instability is not None:
         return "not prefix-stable"
+    if record.prefill_split is not None:
+        return PREFILL_DIFFERS
     return "cache fault"
 
 
@@ -403,6 +414,10 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
         details["diagnosis"] = "top-k ties" if path.topk_ties is not None else "cache fault"
         if path.topk_ties is not None:
             problems.append(f"[top-k ties] not a cache fault: {path.topk_ties.describe()}")
+        elif over[0] == 0 and name in PREFILL_PATHS and record.prefill_split is not None:
+            details["diagnosis"] = PREFILL_DIFFERS
+            problems.append(f"[{PREFILL_DIFFERS}] its step 0 is a prefill into an empty cache, and the main decode's prefill "
+                            f"differs already: {record.prefill_split.describe()}")
         if path.replay is not None:
             problems.append(path.replay.describe(limit))
     expected = [path.first_length + k for k in range(len(path.seq_lengths))]

@@ -35,7 +35,7 @@ from kvconform.probe.fp8_design import compare_with_design, design_cache
 from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.quantized import QuantizedKVRecord
-from kvconform.probe.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
+from kvconform.probe.reference_health import PrefillSplit, PrefixInstability, TopkTies, prefix_instability, topk_ties
 from kvconform.probe.reorder import run_reorder
 from kvconform.probe.selections import SelectionReplay, replay_selections
 from kvconform.probe.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
@@ -111,6 +111,8 @@ class ProbeRecord:
     topk_ties: TopkTies | None
     """Set when the uncached pass's top-k selections were decided by exact ties (a degenerate build)."""
     generate: GenerateRecord | None
+    prefill_split: PrefillSplit | None = None
+    """Set when parity failed already at the prefill (no cache entry read yet): which side the split depends on."""
     kv_parity: KVParity | None = None
     """Full-precision cells: the decoded cache's K/V against one fresh pass (``None``: quantized, judged by design)."""
     replay: SelectionReplay | None = None
@@ -208,7 +210,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
 
     finite_ref = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     logit_scale = float(finite_ref.abs().max())
-    divergence, unstable, ties, replay, kv, pairs = None, None, None, None, None, None
+    divergence, unstable, ties, replay, kv, pairs, split = None, None, None, None, None, None, None
     if plan.cache != "quantized":  # one fresh pass's K/V, for the kv_parity check and the localization
         start = time.perf_counter()
         try:
@@ -225,6 +227,8 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         ties = topk_ties(lambda: model(input_ids=full, use_cache=False))
         pairs = pairs if pairs is not None else _kv_pairs(model, keyword, plan, cache, full)
         divergence = locate_divergence(pairs, valid_length=total, preallocated=plan.cache != "dynamic")
+        if steps[0].max_abs_delta > limit:
+            split = _prefill_split(model, keyword, prompt, reference_steps, steps[0].max_abs_delta, limit, type(cache).__name__)
         if plan.cache != "quantized":  # the fp8 design reference is itself a cached decode
             replay = replay_selections(model, getattr(torch, dtype), lambda: _decode_deltas(model, keyword, plan, full, reference_steps),
                                        lambda: model(input_ids=full, use_cache=False))
@@ -268,6 +272,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         kv_parity=kv,
         prefix_instability=unstable,
         topk_ties=ties,
+        prefill_split=split,
         replay=replay,
         generate=generate,
         paths=paths,
@@ -276,6 +281,19 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         quantized=quantized,
         full_precision_delta=full_precision_delta,
     )
+
+
+def _prefill_split(model: Model, keyword: str, prompt: torch.Tensor, reference_steps: torch.Tensor, delta: float,
+                   limit: float, cache_class: str) -> PrefillSplit:
+    """The failing prefill again into an empty config-less ``DynamicCache``: does the split follow the cache class?"""
+    from transformers import DynamicCache
+
+    try:
+        _, output = forward_keeping_cache(model, keyword, DynamicCache(), input_ids=prompt)
+        plain: float | None = _compare(output.logits[:, -1, :], reference_steps[:, 0, :])[0]
+    except Exception:  # noqa: BLE001 - e.g. linear-attention layers need their configured cache
+        plain = None
+    return PrefillSplit(delta, plain, cache_class, limit)
 
 
 def _replay_path(model: Model, dtype: str, name: str, run: Callable[[], PathRecord], full: torch.Tensor) -> SelectionReplay | None:
