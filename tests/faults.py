@@ -220,6 +220,41 @@ def static_window_no_roll() -> list[Patch]:
     return [(StaticSlidingWindowLayer, "update", update)]
 
 
+def dynamic_window_stale_before_full() -> list[Patch]:
+    """A dynamic sliding layer that is not yet full stores the previous column again in place of a decoded token.
+
+    Only a prompt shorter than the window decodes into a layer that is not full: the main decode's prompt is longer.
+    """
+    original = DynamicSlidingWindowLayer.update
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not (_decoding(self, key_states) and self.cumulative_length < self.sliding_window - 1):
+            return original(self, key_states, value_states, *args, **kwargs)
+        return original(self, self.keys[..., -1:, :], self.values[..., -1:, :], *args, **kwargs)
+
+    return [(DynamicSlidingWindowLayer, "update", update)]
+
+
+def static_window_late_before_full() -> list[Patch]:
+    """A static sliding layer that is not yet full writes a decoded token one slot past its position.
+
+    Only a prompt shorter than the window decodes into free slots: the main decode's prompt fills the window.
+    """
+    original = StaticSlidingWindowLayer.update
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not (self.is_initialized and key_states.shape[-2] == 1 and 0 < self.cumulative_length_int < self.max_cache_len):
+            return original(self, key_states, value_states, *args, **kwargs)
+        slot = min(self.cumulative_length_int + 1, self.max_cache_len - 1)
+        self.cumulative_length_int += 1
+        self.cumulative_length.add_(1)
+        self.keys[:, :, slot : slot + 1] = key_states
+        self.values[:, :, slot : slot + 1] = value_states
+        return self.keys, self.values
+
+    return [(StaticSlidingWindowLayer, "update", update)]
+
+
 def fp8_scale_drift() -> list[Patch]:
     """The fp8 layer quantizes each new token with its own scale but dequantizes it with the frozen one."""
     original = Fp8QuantizedLayer._quantize
@@ -262,6 +297,8 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "static_not_reordered": static_not_reordered,
     "quantized_not_reordered": quantized_not_reordered,
     "static_window_no_roll": static_window_no_roll,
+    "dynamic_window_stale_before_full": dynamic_window_stale_before_full,
+    "static_window_late_before_full": static_window_late_before_full,
     "fp8_scale_drift": fp8_scale_drift,
     "write_late": write_late,
     "not_written": not_written,

@@ -38,7 +38,8 @@ from kvconform.probe.quantized import QuantizedKVRecord
 from kvconform.probe.reference_health import PrefillSplit, PrefixInstability, TopkTies, prefix_instability, topk_ties
 from kvconform.probe.reorder import run_reorder
 from kvconform.probe.selections import SelectionReplay, replay_selections
-from kvconform.probe.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
+from kvconform.probe.variants import PathNotApplicable, PathRecord, failed_path, run_prefix_reuse, run_ragged
+from kvconform.probe.window import WindowRecord, run_window
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class ProbePlan:
     crop: bool = False
     #: Also reorder a prefilled cache's rows and decode (beam search's cache operation).
     reorder: bool = False
+    #: Also decode sliding/chunked layers from prompts shorter than and equal to the window.
+    window: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
 
@@ -125,6 +128,8 @@ class ProbeRecord:
     """Quantized cells: the stored fp8 values against the design's."""
     full_precision_delta: float | None = None
     """Quantized cells: max |Δlogit| against the uncached full-precision pass (a finding, not a verdict)."""
+    window: WindowRecord | None = None
+    """Set when the cell crossed its windows from shorter prompts (``not_applicable``: no windowed layer)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Records the runner adds beside the probe's: ``beam``, ``padded_generate``, ``attn_agreement``."""
 
@@ -253,6 +258,12 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
                 paths[name] = failed_path(name, exc)
             timings[f"{name}_s"] = time.perf_counter() - start
 
+    window = None
+    if plan.window:
+        start = time.perf_counter()
+        window = _window(model, plan, keyword, reference, full)
+        timings["window_s"] = time.perf_counter() - start
+
     generate = None
     if plan.generate:
         start = time.perf_counter()
@@ -275,12 +286,22 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         prefill_split=split,
         replay=replay,
         generate=generate,
+        window=window,
         paths=paths,
         timings=timings,
         reference="the fp8 design reference" if quantized is not None else "the uncached reference",
         quantized=quantized,
         full_precision_delta=full_precision_delta,
     )
+
+
+def _window(model: Model, plan: ProbePlan, keyword: str, reference: torch.Tensor, full: torch.Tensor) -> WindowRecord:
+    try:
+        return run_window(model, plan, keyword, cache_geometry(model.config), reference, full)
+    except PathNotApplicable as exc:
+        return WindowRecord([], [], 0.0, not_applicable=str(exc))
+    except Exception as exc:  # noqa: BLE001 - a crash of the crossings fails the window check only
+        return WindowRecord([], [], 0.0, error=f"{type(exc).__name__}: {exc}"[:500])
 
 
 def _prefill_split(model: Model, keyword: str, prompt: torch.Tensor, reference_steps: torch.Tensor, delta: float,
