@@ -255,6 +255,20 @@ def static_window_late_before_full() -> list[Patch]:
     return [(StaticSlidingWindowLayer, "update", update)]
 
 
+def mask_one_wide() -> list[Patch]:
+    """A dynamic layer advertises a decode mask one key wider than the K/V its update() returns.
+
+    With sdpa a one-token decode over a full layer skips the mask altogether, so the logits survive it.
+    """
+    original = DynamicLayer.get_mask_sizes
+
+    def get_mask_sizes(self: Any, query_length: int) -> tuple[int, int]:
+        kv_length, kv_offset = original(self, query_length)
+        return (kv_length + 1 if query_length == 1 and self.get_seq_length() else kv_length), kv_offset
+
+    return [(DynamicLayer, "get_mask_sizes", get_mask_sizes)]
+
+
 def fp8_scale_drift() -> list[Patch]:
     """The fp8 layer quantizes each new token with its own scale but dequantizes it with the frozen one."""
     original = Fp8QuantizedLayer._quantize
@@ -300,6 +314,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "dynamic_window_stale_before_full": dynamic_window_stale_before_full,
     "static_window_late_before_full": static_window_late_before_full,
     "fp8_scale_drift": fp8_scale_drift,
+    "mask_one_wide": mask_one_wide,
     "write_late": write_late,
     "not_written": not_written,
     "no_growth": no_growth,

@@ -234,3 +234,18 @@ def test_a_split_at_the_prefill_is_not_blamed_on_a_cache_read(llama, dtype):
     over = [k for k, delta in enumerate(parity.details["step_max_abs_delta"]) if delta > parity.details["tolerance"]]
     assert over == [0] and parity.details["argmax_agree"], parity.message
     assert "[prefill differs] its step 0 is a prefill into an empty cache" in results["ragged"].message
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_mask_sized_for_other_keys_fails_growth_even_when_the_logits_survive(llama, dtype):
+    """A layer advertising a decode mask one key wider than the K/V its update() returns: sdpa skips the mask of a
+    one-token decode over full layers, so parity and every K/V check pass; growth names the step and the layer; the
+    ragged path, whose padded mask sdpa does use, crashes on it."""
+    with planted("mask_one_wide"):
+        results = probe_and_check(llama, dtype=dtype, paths=True)
+    failed = {name for name, result in results.items() if not result.passed}
+    assert failed == {"growth", "ragged"}, {name: results[name].message for name in failed}
+    assert results["growth"].message.startswith(
+        "decode step 1, layer 0 (DynamicLayer): get_mask_sizes(1) advertises kv_length 8, update() returned 7 K/V positions: "
+        "the attention mask is sized for other keys than attention receives (16 layer-steps)"), results["growth"].message
+    assert "the ragged path raised RuntimeError: The size of tensor a (7) must match the size of tensor b (8)" in results["ragged"].message

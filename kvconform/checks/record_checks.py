@@ -187,9 +187,15 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     if problem:
         text, got, want = problem
         return CheckResult("growth", False, measured, limit, text, details, Figure(got, want, "positions", "equal"))
+    if record.mask_problems:
+        details["mask_problems"] = record.mask_problems
+        message = (f"{record.mask_problems[0]}: the attention mask is sized for other keys than attention receives "
+                   f"({len(record.mask_problems)} layer-steps); trace {measured}")
+        return CheckResult("growth", False, measured, limit, message, details)
     figure = Figure(trace[-1], expected[-1], "tokens", "equal")
     details["stored_lengths"] = [[None if s.keys_shape is None else s.keys_shape[-2] for s in step.layers] for step in record.steps]
-    message = f"cache length {measured}; every layer stores what its type keeps ({_stored_summary(record, geometry)})"
+    message = (f"cache length {measured}; every layer stores what its type keeps ({_stored_summary(record, geometry)}); "
+               "get_mask_sizes = the K/V update() returned at every decode step")
     return CheckResult("growth", True, measured, limit, message, details, figure)
 
 

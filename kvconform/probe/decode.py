@@ -39,7 +39,7 @@ from kvconform.probe.reference_health import PrefillSplit, PrefixInstability, To
 from kvconform.probe.reorder import run_reorder
 from kvconform.probe.selections import SelectionReplay, replay_selections
 from kvconform.probe.variants import PathNotApplicable, PathRecord, failed_path, run_prefix_reuse, run_ragged
-from kvconform.probe.window import WindowRecord, run_window
+from kvconform.probe.window import UpdateWatch, WindowRecord, run_window
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,8 @@ class ProbeRecord:
     """Quantized cells: the stored fp8 values against the design's."""
     full_precision_delta: float | None = None
     """Quantized cells: max |Δlogit| against the uncached full-precision pass (a finding, not a verdict)."""
+    mask_problems: list[str] = field(default_factory=list)
+    """Decode steps where a layer's ``get_mask_sizes`` kv_length is not the K/V length its ``update()`` returned."""
     window: WindowRecord | None = None
     """Set when the cell crossed its windows from shorter prompts (``not_applicable``: no windowed layer)."""
     extras: dict[str, Any] = field(default_factory=dict)
@@ -178,10 +180,12 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     sequence = [prompt]
 
     start = time.perf_counter()
-    for _ in range(plan.decode_steps):
+    watch, mask_problems = UpdateWatch(cache), []
+    for step in range(1, plan.decode_steps + 1):
         token = cached_logits[-1].argmax(dim=-1, keepdim=True)
         sequence.append(token)
-        output = model(input_ids=token, use_cache=True, **{keyword: cache})
+        output, found = watch.step(partial(model, input_ids=token, use_cache=True, **{keyword: cache}), 1, step)
+        mask_problems += found
         cache = returned_cache(output, cache)
         cached_logits.append(output.logits[:, -1, :])
         lengths.append(seq_length(cache))
@@ -287,6 +291,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         replay=replay,
         generate=generate,
         window=window,
+        mask_problems=mask_problems,
         paths=paths,
         timings=timings,
         reference="the fp8 design reference" if quantized is not None else "the uncached reference",

@@ -72,7 +72,7 @@ def windows_of(geometry: CacheGeometry) -> list[int]:
     return sorted({layer.window for layer in geometry.layers if layer.window})
 
 
-class _UpdateWatch:
+class UpdateWatch:
     """Wraps each attention layer's ``update`` on one cache instance: before a forward the mask size every layer
     advertises for a one-token query, during it the K/V length every ``update()`` hands back."""
 
@@ -130,7 +130,7 @@ def _crossing(model: Model, kind: str, keyword: str, reference: torch.Tensor, se
     cache, output = forward_keeping_cache(model, keyword, new_cache(model, kind, max_cache_len), input_ids=sequence[:, :prompt_length])
     deltas = [row_delta(output.logits[:, -1, :], reference[:, prompt_length - 1, :])]
     lengths, layers, problems = [seq_length(cache)], [snapshot_layers(cache)], []
-    watch = _UpdateWatch(cache)
+    watch = UpdateWatch(cache)
     for step, position in enumerate(range(prompt_length, total), start=1):
         def forward(position: int = position, cache: Any = cache) -> Any:
             return model(input_ids=sequence[:, position : position + 1], use_cache=True, **{keyword: cache})
