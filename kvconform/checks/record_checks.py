@@ -194,8 +194,9 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
         return CheckResult("growth", False, measured, limit, message, details)
     figure = Figure(trace[-1], expected[-1], "tokens", "equal")
     details["stored_lengths"] = [[None if s.keys_shape is None else s.keys_shape[-2] for s in step.layers] for step in record.steps]
-    message = (f"cache length {measured}; every layer stores what its type keeps ({_stored_summary(record, geometry)}); "
-               "get_mask_sizes = the K/V update() returned at every decode step")
+    message = f"cache length {measured}; every layer stores what its type keeps ({_stored_summary(record, geometry)})"
+    if record.mask_compared:
+        message += f"; get_mask_sizes = the K/V update() returned at every decode step ({record.mask_compared} layer-steps)"
     return CheckResult("growth", True, measured, limit, message, details, figure)
 
 

@@ -128,6 +128,8 @@ class ProbeRecord:
     """Quantized cells: the stored fp8 values against the design's."""
     full_precision_delta: float | None = None
     """Quantized cells: max |Δlogit| against the uncached full-precision pass (a finding, not a verdict)."""
+    mask_compared: int = 0
+    """Layer-steps of the decode whose ``get_mask_sizes`` was compared with the K/V ``update()`` returned."""
     mask_problems: list[str] = field(default_factory=list)
     """Decode steps where a layer's ``get_mask_sizes`` kv_length is not the K/V length its ``update()`` returned."""
     window: WindowRecord | None = None
@@ -291,6 +293,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         replay=replay,
         generate=generate,
         window=window,
+        mask_compared=watch.compared,
         mask_problems=mask_problems,
         paths=paths,
         timings=timings,

@@ -78,6 +78,8 @@ class UpdateWatch:
 
     def __init__(self, cache: Any) -> None:
         self.returned: dict[int, list[int]] = {}
+        self.compared = 0
+        """Layer-steps whose advertised mask size was compared with a returned K/V length."""
         self.layers = [(index, layer) for index, layer in enumerate(cache_layers(cache))
                        if callable(getattr(layer, "get_mask_sizes", None)) and isinstance(getattr(layer, "keys", None), torch.Tensor)]
         for index, layer in self.layers:
@@ -95,6 +97,7 @@ class UpdateWatch:
         advertised = {index: int(layer.get_mask_sizes(query_length)[0]) for index, layer in self.layers}
         self.returned = {}
         output = run()
+        self.compared += sum(1 for index, _ in self.layers if self.returned.get(index))
         problems = [
             f"decode step {step}, layer {index} ({type(layer).__name__}): get_mask_sizes({query_length}) advertises "
             f"kv_length {advertised[index]}, update() returned {got} K/V positions"
