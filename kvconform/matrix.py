@@ -31,7 +31,7 @@ SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")
 #: Fields allowed in ``defaults`` and (as overrides) in any model entry.
 SETTING_KEYS = (
     "dtypes", "devices", "caches", "batch_size", "prompt_length", "decode_steps", "seed",
-    "tolerances", "generate", "ragged", "prefix_reuse", "attentions", "variant_dtypes", "beam", "crop",
+    "tolerances", "generate", "ragged", "prefix_reuse", "attentions", "variant_dtypes", "beam", "crop", "window_crossings",
     "padded_generate",
 )
 MODEL_KEYS = SETTING_KEYS + SOURCE_KEYS + (
@@ -105,6 +105,8 @@ class Settings:
     crop: bool = False
     #: Also compare cached and uncached greedy ``generate()`` on a left-padded batch, float32 cells.
     padded_generate: bool = False
+    #: Also decode sliding-window and chunked layers from prompts shorter than and equal to the window.
+    window_crossings: bool = False
 
 
 @dataclass(frozen=True)
@@ -339,7 +341,7 @@ def _parse_settings(raw: Mapping[str, Any], base: Settings, label: str) -> Setti
     for key, minimum in (("batch_size", 1), ("prompt_length", 2), ("decode_steps", 1), ("seed", 0)):
         if key in raw:
             changes[key] = _positive_int(raw[key], label, key, minimum)
-    for key in ("generate", "ragged", "prefix_reuse", "beam", "crop", "padded_generate"):
+    for key in ("generate", "ragged", "prefix_reuse", "beam", "crop", "padded_generate", "window_crossings"):
         if key in raw:
             changes[key] = _expect(raw[key], bool, label, key)
     if "tolerances" in raw:

@@ -65,6 +65,15 @@ def test_crop(cell, outcome, verdict):
     verdict(run("crop", cell, outcome))
 
 
+@pytest.mark.kvconform_check("window")
+def test_window(cell, outcome, verdict):
+    """Sliding-window and chunked layers decoded from prompts shorter than and equal to the window."""
+    crossed = outcome.record.window if outcome.record is not None else None
+    if crossed is not None and crossed.not_applicable:
+        pytest.skip(f"not applicable: {crossed.not_applicable}")
+    verdict(run("window", cell, outcome))
+
+
 @pytest.mark.kvconform_check("beam")
 def test_beam(cell, outcome, verdict):
     """Beam search with and without the cache returns the same beams with the same scores."""

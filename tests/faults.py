@@ -220,6 +220,55 @@ def static_window_no_roll() -> list[Patch]:
     return [(StaticSlidingWindowLayer, "update", update)]
 
 
+def dynamic_window_stale_before_full() -> list[Patch]:
+    """A dynamic sliding layer that is not yet full stores the previous column again in place of a decoded token.
+
+    Only a prompt shorter than the window decodes into a layer that is not full: the main decode's prompt is longer.
+    """
+    original = DynamicSlidingWindowLayer.update
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not (_decoding(self, key_states) and self.cumulative_length < self.sliding_window - 1):
+            return original(self, key_states, value_states, *args, **kwargs)
+        return original(self, self.keys[..., -1:, :], self.values[..., -1:, :], *args, **kwargs)
+
+    return [(DynamicSlidingWindowLayer, "update", update)]
+
+
+def static_window_late_before_full() -> list[Patch]:
+    """A static sliding layer that is not yet full writes a decoded token one slot past its position.
+
+    Only a prompt shorter than the window decodes into free slots: the main decode's prompt fills the window.
+    """
+    original = StaticSlidingWindowLayer.update
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not (self.is_initialized and key_states.shape[-2] == 1 and 0 < self.cumulative_length_int < self.max_cache_len):
+            return original(self, key_states, value_states, *args, **kwargs)
+        slot = min(self.cumulative_length_int + 1, self.max_cache_len - 1)
+        self.cumulative_length_int += 1
+        self.cumulative_length.add_(1)
+        self.keys[:, :, slot : slot + 1] = key_states
+        self.values[:, :, slot : slot + 1] = value_states
+        return self.keys, self.values
+
+    return [(StaticSlidingWindowLayer, "update", update)]
+
+
+def mask_one_wide() -> list[Patch]:
+    """A dynamic layer advertises a decode mask one key wider than the K/V its update() returns.
+
+    With sdpa a one-token decode over a full layer skips the mask altogether, so the logits survive it.
+    """
+    original = DynamicLayer.get_mask_sizes
+
+    def get_mask_sizes(self: Any, query_length: int) -> tuple[int, int]:
+        kv_length, kv_offset = original(self, query_length)
+        return (kv_length + 1 if query_length == 1 and self.get_seq_length() else kv_length), kv_offset
+
+    return [(DynamicLayer, "get_mask_sizes", get_mask_sizes)]
+
+
 def fp8_scale_drift() -> list[Patch]:
     """The fp8 layer quantizes each new token with its own scale but dequantizes it with the frozen one."""
     original = Fp8QuantizedLayer._quantize
@@ -230,13 +279,42 @@ def fp8_scale_drift() -> list[Patch]:
     return [(Fp8QuantizedLayer, "_quantize", _quantize)]
 
 
+def cached_prefill_shift() -> list[Patch]:
+    """The model's ``use_cache=True`` path shifts every logit of a prefill into an empty cache by max|logit|.
+
+    No cache entry is read and none is wrong (the K/V are untouched), and a constant shift keeps every argmax and
+    log-softmax: only the cached prefill's logits leave the uncached pass, so the diagnosis must not blame a cache read.
+    """
+    from functools import wraps
+
+    from transformers import LlamaForCausalLM
+
+    original = LlamaForCausalLM.forward
+
+    @wraps(original)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        empty = cache is None or cache.get_seq_length() == 0
+        tokens = kwargs["input_ids"].shape[1] if kwargs.get("input_ids") is not None else 1
+        output = original(self, *args, **kwargs)
+        if kwargs.get("use_cache") and empty and tokens > 1:
+            output.logits = output.logits + output.logits.abs().amax()
+        return output
+
+    return [(LlamaForCausalLM, "forward", forward)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
+    "cached_prefill_shift": cached_prefill_shift,
     "beam_not_reordered": beam_not_reordered,
     "crop_one_short": crop_one_short,
     "static_not_reordered": static_not_reordered,
     "quantized_not_reordered": quantized_not_reordered,
     "static_window_no_roll": static_window_no_roll,
+    "dynamic_window_stale_before_full": dynamic_window_stale_before_full,
+    "static_window_late_before_full": static_window_late_before_full,
     "fp8_scale_drift": fp8_scale_drift,
+    "mask_one_wide": mask_one_wide,
     "write_late": write_late,
     "not_written": not_written,
     "no_growth": no_growth,

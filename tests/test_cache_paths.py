@@ -22,7 +22,7 @@ def _spec(model_type: str, **config: object) -> ModelSpec:
     settings = Settings(
         dtypes=DTYPES, devices=("cpu",), caches=("dynamic", "static", "quantized"), attentions=("sdpa", "eager"),
         tolerances=TOLERANCES, generate=True, ragged=False,
-        prefix_reuse=False, crop=True, beam=True, padded_generate=True,
+        prefix_reuse=False, crop=True, beam=True, padded_generate=True, window_crossings=True,
     )
     return ModelSpec(id=model_type, source="synthetic", location=model_type, settings=settings, config=config)
 
@@ -81,6 +81,21 @@ def test_static_sliding_layer_is_decoded_past_its_window(runner):
     assert results["growth"].passed and "6→7→" in results["growth"].measured
 
 
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_windows_are_crossed_from_a_shorter_and_an_equal_prompt(runner, cache):
+    """Mistral's window of 4: prompts of 2 and 4 tokens (the main decode's 6 is the longer one) decoded 3 tokens past
+    it, every step checked; a model without windowed layers has no crossing to run."""
+    window = run_checks(runner, MISTRAL, cache=cache)["window"]
+    assert window.passed and window.message.startswith("prompts [2, 4] against windows [4], each decoded to 7 tokens"), window.message
+    record = runner.outcomes[f"mistral[float32-cpu-{cache}]"].record.window
+    assert [c.seq_lengths for c in record.crossings] == [[2, 3, 4, 5, 6, 7], [4, 5, 6, 7]]
+    stored = [step[0].keys_shape[-2] for step in record.crossings[0].layers]
+    assert stored == ([2, 3, 3, 3, 3, 3] if cache == "dynamic" else [4] * 6), stored
+    assert "window" not in run_checks(runner, LLAMA, cache=cache)
+    assert runner.outcomes[f"llama[float32-cpu-{cache}]"].record.window.not_applicable == (
+        "the model has no sliding-window or chunked-attention layers")
+
+
 def test_quantized_cells_are_judged_against_the_fp8_design(runner):
     results = run_checks(runner, LLAMA, cache="quantized")
     record = runner.outcomes["llama[float32-cpu-quantized]"].record
@@ -104,6 +119,16 @@ def test_crop_is_not_applicable_past_a_static_window(runner):
     assert crop.not_applicable and "not croppable" in crop.not_applicable and "StaticSlidingWindowLayer" in crop.not_applicable
 
 
+def test_a_prefill_split_that_follows_the_static_cache_names_it(runner):
+    """gpt_neo's eager local attention with a StaticCache (a model bug, model_matrix.yaml): the cached prefill already
+    differs, while a prefill into a plain DynamicCache agrees, so the diagnosis names the cell's cache class and
+    blames no cache read."""
+    parity = run_checks(runner, _spec("gpt_neo"), "float32", "static", "eager")["parity"]
+    assert not parity.passed and parity.details["diagnosis"] == "prefill differs", parity.message
+    assert ("before any cache entry was read, so this is not a cache-read fault: a prefill into an empty plain "
+            "DynamicCache agrees (|Δ| 0), so the prefill changes with the cell's StaticCache") in parity.message
+
+
 def test_beam_is_not_applicable_where_the_models_generate_refuses_it_and_musicgen_generate_runs(runner):
     """musicgen_melody's own generate() does greedy search and sampling only (modeling_musicgen_melody.py:1071): the
     beam check is not applicable in its words. With the published decoder_start_token_id its greedy generate() and
@@ -121,11 +146,19 @@ def test_beam_is_not_applicable_where_the_models_generate_refuses_it_and_musicge
 PATH_FAULTS = {
     "beam_not_reordered": (LLAMA, "dynamic", "sdpa", "beam", "suspect the cache reorder between steps", {"beam"}),
     "crop_one_short": (LLAMA, "dynamic", "sdpa", "crop", "get_seq_length() trace [7, 8,", {"crop"}),
-    # generate() reads the same broken window, so the greedy tokens part too (float32 cells run generate).
+    # generate() reads the same broken window, so the greedy tokens part too (float32 cells run generate), and so do
+    # the window crossings, which roll it too.
     "static_window_no_roll": (MISTRAL, "static", "sdpa", "parity", "first K/V divergence at layer 0",
-                              {"parity", "kv_parity", "generate", "padded_generate"}),
+                              {"parity", "kv_parity", "generate", "padded_generate", "window"}),
     "fp8_scale_drift": (LLAMA, "quantized", "sdpa", "quantized_kv",
                         "layer 0, position 6 (keys): the dequantized cache differs from the fp8 design", {"quantized_kv", "parity"}),
+    # Only a prompt shorter than the window decodes into a sliding layer that is not yet full.
+    "dynamic_window_stale_before_full": (MISTRAL, "dynamic", "sdpa", "window",
+                                         "prompt 2 (shorter than window 4): cached logits leave the uncached reference from "
+                                         "decode step 1", {"window"}),
+    "static_window_late_before_full": (MISTRAL, "static", "sdpa", "window",
+                                       "prompt 2 (shorter than window 4): cached logits leave the uncached reference from "
+                                       "decode step 1", {"window"}),
     "static_not_reordered": (LLAMA, "static", "sdpa", "reorder",
                              "leave the same static cache prefilled in that row order from decode step 0", {"reorder"}),
     "quantized_not_reordered": (LLAMA, "quantized", "sdpa", "reorder",
@@ -138,7 +171,7 @@ PATH_FAULTS = {
 def test_planted_path_fault_fails_its_check(runner, fault, dtype):
     """Exactly the checks the fault reaches fail (each a verdict, not a crash); every other check of the cell passes."""
     spec, cache, attn, check, located, fails = PATH_FAULTS[fault]
-    if check in ("beam", "reorder") and dtype != "float32":
+    if check in ("beam", "reorder", "window") and dtype != "float32":
         pytest.skip(f"{check} is compared in float32 cells only")
     with planted(fault):
         results = run_checks(runner, spec, dtype, cache, attn)

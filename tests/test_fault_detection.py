@@ -215,3 +215,37 @@ def test_kv_parity_catches_every_write_fault_of_the_ladder_in_bfloat16(smollm2):
         floor = LADDER_KV_MARGIN["rotary" if fault.startswith("rotary") else "stale"]
         assert measured["kv_parity"] >= floor, f"{fault}: kv_parity only {measured['kv_parity']:.3g}× its limit (< {floor})"
         assert ladder.first_catch(measured) == "kv_parity", (fault, measured)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_split_at_the_prefill_is_not_blamed_on_a_cache_read(llama, dtype):
+    """The model's use_cache=True path shifts a prefill's logits (no cache entry read, none wrong): parity and ragged,
+    whose step 0 is such a prefill, fail saying which side differs; every other check of the cell passes."""
+    with planted("cached_prefill_shift"):
+        results = probe_and_check(llama, dtype=dtype, paths=True)
+    failed = {name for name, result in results.items() if not result.passed}
+    assert failed == {"parity", "ragged"}, {name: results[name].message for name in failed}
+    parity = results["parity"]
+    assert parity.details["diagnosis"] == results["ragged"].details["diagnosis"] == "prefill differs"
+    assert parity.message.startswith("[prefill differs] cached logits diverge from the uncached reference at decode step 0")
+    assert ("before any cache entry was read, so this is not a cache-read fault: the model computes differently with "
+            "use_cache=True (a prefill into an empty plain DynamicCache differs by") in parity.message
+    assert "either side may be the broken one" in parity.message and "first K/V divergence" not in parity.message
+    over = [k for k, delta in enumerate(parity.details["step_max_abs_delta"]) if delta > parity.details["tolerance"]]
+    assert over == [0] and parity.details["argmax_agree"], parity.message
+    assert "[prefill differs] its step 0 is a prefill into an empty cache" in results["ragged"].message
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_mask_sized_for_other_keys_fails_growth_even_when_the_logits_survive(llama, dtype):
+    """A layer advertising a decode mask one key wider than the K/V its update() returns: sdpa skips the mask of a
+    one-token decode over full layers, so parity and every K/V check pass; growth names the step and the layer; the
+    ragged path, whose padded mask sdpa does use, crashes on it."""
+    with planted("mask_one_wide"):
+        results = probe_and_check(llama, dtype=dtype, paths=True)
+    failed = {name for name, result in results.items() if not result.passed}
+    assert failed == {"growth", "ragged"}, {name: results[name].message for name in failed}
+    assert results["growth"].message.startswith(
+        "decode step 1, layer 0 (DynamicLayer): get_mask_sizes(1) advertises kv_length 8, update() returned 7 K/V positions: "
+        "the attention mask is sized for other keys than attention receives (16 layer-steps)"), results["growth"].message
+    assert "the ragged path raised RuntimeError: The size of tensor a (7) must match the size of tensor b (8)" in results["ragged"].message

@@ -26,6 +26,10 @@ BYTES_PER_VALUE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1
 STORED_DTYPE = {"quantized": "float8_e4m3fn"}
 #: Bytes of one quantization scale (float32).
 SCALE_BYTES = 4
+#: The diagnosis of a parity failure that starts at the prefill, before any cache entry was read.
+PREFILL_DIFFERS = "prefill differs"
+#: Extra paths whose step 0 is a prefill into an empty cache (the others' first step reads a cache).
+PREFILL_PATHS = ("ragged",)
 
 
 def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
@@ -77,6 +81,11 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
         lines.append(f"not a cache fault: {record.topk_ties.describe()}")
     if record.prefix_instability is not None:
         lines.append(f"not a cache fault: {record.prefix_instability.describe()}, so no cache can match it")
+    if diagnosis == PREFILL_DIFFERS and record.prefill_split is not None:
+        lines.append(record.prefill_split.describe())
+        if record.divergence is not None:  # a located fact, but the prefill split comes first
+            lines.append(f"stored K/V at the end of the decode: {record.divergence.describe()}")
+            details["divergence"] = record.divergence.describe()
     # Only a sound reference lets the K/V localization blame the cache.
     if diagnosis == "cache fault" and record.divergence is not None:
         lines.append(record.divergence.describe())
@@ -107,6 +116,8 @@ def _diagnosis(record: ProbeRecord) -> str:
         return "top-k ties"
     if record.prefix_instability is not None:
         return "not prefix-stable"
+    if record.prefill_split is not None:
+        return PREFILL_DIFFERS
     return "cache fault"
 
 
@@ -176,9 +187,16 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     if problem:
         text, got, want = problem
         return CheckResult("growth", False, measured, limit, text, details, Figure(got, want, "positions", "equal"))
+    if record.mask_problems:
+        details["mask_problems"] = record.mask_problems
+        message = (f"{record.mask_problems[0]}: the attention mask is sized for other keys than attention receives "
+                   f"({len(record.mask_problems)} layer-steps); trace {measured}")
+        return CheckResult("growth", False, measured, limit, message, details)
     figure = Figure(trace[-1], expected[-1], "tokens", "equal")
     details["stored_lengths"] = [[None if s.keys_shape is None else s.keys_shape[-2] for s in step.layers] for step in record.steps]
     message = f"cache length {measured}; every layer stores what its type keeps ({_stored_summary(record, geometry)})"
+    if record.mask_compared:
+        message += f"; get_mask_sizes = the K/V update() returned at every decode step ({record.mask_compared} layer-steps)"
     return CheckResult("growth", True, measured, limit, message, details, figure)
 
 
@@ -403,6 +421,10 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
         details["diagnosis"] = "top-k ties" if path.topk_ties is not None else "cache fault"
         if path.topk_ties is not None:
             problems.append(f"[top-k ties] not a cache fault: {path.topk_ties.describe()}")
+        elif over[0] == 0 and name in PREFILL_PATHS and record.prefill_split is not None:
+            details["diagnosis"] = PREFILL_DIFFERS
+            problems.append(f"[{PREFILL_DIFFERS}] its step 0 is a prefill into an empty cache, and the main decode's prefill "
+                            f"differs already: {record.prefill_split.describe()}")
         if path.replay is not None:
             problems.append(path.replay.describe(limit))
     expected = [path.first_length + k for k in range(len(path.seq_lengths))]
@@ -421,6 +443,63 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
         return CheckResult(name, True, f"{worst:.2e}", f"{limit:.2e}", message, details, Figure(worst, limit, "logit"))
     text = f"{path.description}: " + "; ".join(problems)
     return CheckResult(name, False, f"{worst:.2e}", f"{limit:.2e}", text, details, Figure(worst, limit, "logit"))
+
+
+def window(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGeometry) -> CheckResult:
+    """Each crossing (a prompt shorter than or equal to a window): parity, ``get_seq_length()`` P+k,
+    every layer's stored shape, and mask sizes equal to the K/V ``update()`` returned, at every step."""
+    crossed = record.window
+    if crossed is None or crossed.not_applicable:
+        return CheckResult("window", True, "not run", "", (crossed.not_applicable if crossed else None) or "window crossings disabled")
+    if crossed.error is not None:
+        return CheckResult("window", False, "error", "", f"the window crossings raised {crossed.error}")
+    limit = tolerance.limit(crossed.logit_scale)
+    worst = max(max(c.step_max_abs_delta) for c in crossed.crossings)
+    details = {"windows": crossed.windows, "tolerance": limit, "logit_scale": crossed.logit_scale,
+               "crossings": {c.prompt_length: {"step_max_abs_delta": c.step_max_abs_delta, "seq_length_trace": c.seq_lengths}
+                             for c in crossed.crossings}}
+    problems = [f"prompt {c.prompt_length} ({_against(c.prompt_length, crossed.windows)}): {problem}"
+                for c in crossed.crossings for problem in _crossing_problems(c, record, geometry, limit)[:1]]
+    figure = Figure(worst, limit, "logit")
+    prompts = [c.prompt_length for c in crossed.crossings]
+    if not problems:
+        ends = sorted({c.prompt_length + len(c.step_max_abs_delta) - 1 for c in crossed.crossings})
+        message = (f"prompts {prompts} against windows {crossed.windows}, each decoded to {'/'.join(map(str, ends))} "
+                   f"tokens: max |Δlogit| {worst:.2e} ≤ {limit:.2e}; get_seq_length() P+k, every layer's stored shape and "
+                   "get_mask_sizes = the K/V update() returned, at every step")
+        return CheckResult("window", True, f"{worst:.2e}", f"{limit:.2e}", message, details, figure)
+    return CheckResult("window", False, f"{worst:.2e}", f"{limit:.2e}", "; ".join(problems), details, figure)
+
+
+def _against(prompt: int, windows: list[int]) -> str:
+    return ", ".join(f"{'shorter than' if prompt < w else 'equal to' if prompt == w else 'longer than'} window {w}" for w in windows)
+
+
+def _crossing_problems(crossing: Any, record: ProbeRecord, geometry: CacheGeometry, limit: float) -> list[str]:
+    """What went wrong in one crossing, first problem first: logits, length trace, stored shapes, mask sizes."""
+    problems = []
+    over = [k for k, delta in enumerate(crossing.step_max_abs_delta) if delta > limit]
+    if over:
+        k = over[0]
+        problems.append(f"cached logits leave the uncached reference from {'the prefill' if k == 0 else f'decode step {k}'} "
+                        f"(|Δ| {crossing.step_max_abs_delta[k]:.3g} > limit {limit:.3g}; steps over the limit {over}; "
+                        "per-step max |Δ|: " + ", ".join(f"{d:.2e}" for d in crossing.step_max_abs_delta) + ")")
+    expected = [crossing.prompt_length + k for k in range(len(crossing.seq_lengths))]
+    if any(length is not None for length in crossing.seq_lengths) and crossing.seq_lengths != expected:
+        problems.append(f"get_seq_length() trace {crossing.seq_lengths}, expected {expected}")
+    for step, states in enumerate(crossing.layers):
+        seen = crossing.prompt_length + step
+        for layer, state in zip(geometry.layers, states, strict=False):
+            problem = _layer_shape_problem(layer, state, record.plan.batch_size, seen, record)
+            if problem:
+                when = "the prefill" if step == 0 else f"decode step {step}"
+                problems.append(f"after {when} ({seen} tokens seen), layer {layer.index} ({state.layer_class}; {layer.reason}): {problem.text}")
+                break
+        else:
+            continue
+        break
+    problems += crossing.mask_problems[:1]
+    return problems
 
 
 def _padded_generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
@@ -448,6 +527,7 @@ _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResu
     "attn_agreement": lambda record, geometry, explanation, tolerance: path_checks.attention_agreement(
         record.extras.get("attn_agreement"), tolerance),
     "quantized_kv": lambda record, geometry, explanation, tolerance: path_checks.quantized_kv(record.quantized),
+    "window": lambda record, geometry, explanation, tolerance: window(record, tolerance, geometry),
 }
 #: Checks that read a record the runner adds beside the probe's (``ProbeRecord.extras``).
 EXTRA_CHECKS = ("beam", "padded_generate", "attn_agreement")
@@ -472,4 +552,6 @@ def _ran(name: str, record: ProbeRecord) -> bool:
         return name in record.extras
     if name == "kv_parity":
         return record.kv_parity is not None
+    if name == "window":
+        return record.window is not None and not record.window.not_applicable
     return name != "quantized_kv" or record.quantized is not None

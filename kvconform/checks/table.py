@@ -72,6 +72,10 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
               caches=FULL_PRECISION, families=CAUSAL),
     CheckInfo("crop", "a prefilled cache cropped back 3 tokens and decoded again matches a fresh run", enabled_by="crop",
               caches=FULL_PRECISION, families=CAUSAL),
+    # With the model's own attention: on 5.24 each of the 60 eager window cells gave its sdpa cell's verdict (docs/cache-paths.md).
+    CheckInfo("window", "sliding-window and chunked layers decoded from prompts shorter than and equal to the "
+              "window: parity, growth, shapes and mask sizes at every step", enabled_by="window_crossings", float32_only=True,
+              caches=FULL_PRECISION, attention="default", families=CAUSAL),
     # With the model's own attention: on 5.24 every beam failure of an eager cell repeated its sdpa cell's (docs/performance.md).
     CheckInfo("beam", "beam search with and without the cache returns the same beams and scores", enabled_by="beam",
               float32_only=True, caches=("dynamic",), attention="default", families=CAUSAL),

@@ -35,10 +35,11 @@ from kvconform.probe.fp8_design import compare_with_design, design_cache
 from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.quantized import QuantizedKVRecord
-from kvconform.probe.reference_health import PrefixInstability, TopkTies, prefix_instability, topk_ties
+from kvconform.probe.reference_health import PrefillSplit, PrefixInstability, TopkTies, prefix_instability, topk_ties
 from kvconform.probe.reorder import run_reorder
 from kvconform.probe.selections import SelectionReplay, replay_selections
-from kvconform.probe.variants import PathRecord, failed_path, run_prefix_reuse, run_ragged
+from kvconform.probe.variants import PathNotApplicable, PathRecord, failed_path, run_prefix_reuse, run_ragged
+from kvconform.probe.window import UpdateWatch, WindowRecord, run_window
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class ProbePlan:
     crop: bool = False
     #: Also reorder a prefilled cache's rows and decode (beam search's cache operation).
     reorder: bool = False
+    #: Also decode sliding/chunked layers from prompts shorter than and equal to the window.
+    window: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
 
@@ -111,6 +114,8 @@ class ProbeRecord:
     topk_ties: TopkTies | None
     """Set when the uncached pass's top-k selections were decided by exact ties (a degenerate build)."""
     generate: GenerateRecord | None
+    prefill_split: PrefillSplit | None = None
+    """Set when parity failed already at the prefill (no cache entry read yet): which side the split depends on."""
     kv_parity: KVParity | None = None
     """Full-precision cells: the decoded cache's K/V against one fresh pass (``None``: quantized, judged by design)."""
     replay: SelectionReplay | None = None
@@ -123,6 +128,12 @@ class ProbeRecord:
     """Quantized cells: the stored fp8 values against the design's."""
     full_precision_delta: float | None = None
     """Quantized cells: max |Δlogit| against the uncached full-precision pass (a finding, not a verdict)."""
+    mask_compared: int = 0
+    """Layer-steps of the decode whose ``get_mask_sizes`` was compared with the K/V ``update()`` returned."""
+    mask_problems: list[str] = field(default_factory=list)
+    """Decode steps where a layer's ``get_mask_sizes`` kv_length is not the K/V length its ``update()`` returned."""
+    window: WindowRecord | None = None
+    """Set when the cell crossed its windows from shorter prompts (``not_applicable``: no windowed layer)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Records the runner adds beside the probe's: ``beam``, ``padded_generate``, ``attn_agreement``."""
 
@@ -171,10 +182,12 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     sequence = [prompt]
 
     start = time.perf_counter()
-    for _ in range(plan.decode_steps):
+    watch, mask_problems = UpdateWatch(cache), []
+    for step in range(1, plan.decode_steps + 1):
         token = cached_logits[-1].argmax(dim=-1, keepdim=True)
         sequence.append(token)
-        output = model(input_ids=token, use_cache=True, **{keyword: cache})
+        output, found = watch.step(partial(model, input_ids=token, use_cache=True, **{keyword: cache}), 1, step)
+        mask_problems += found
         cache = returned_cache(output, cache)
         cached_logits.append(output.logits[:, -1, :])
         lengths.append(seq_length(cache))
@@ -208,7 +221,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
 
     finite_ref = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     logit_scale = float(finite_ref.abs().max())
-    divergence, unstable, ties, replay, kv, pairs = None, None, None, None, None, None
+    divergence, unstable, ties, replay, kv, pairs, split = None, None, None, None, None, None, None
     if plan.cache != "quantized":  # one fresh pass's K/V, for the kv_parity check and the localization
         start = time.perf_counter()
         try:
@@ -225,6 +238,8 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         ties = topk_ties(lambda: model(input_ids=full, use_cache=False))
         pairs = pairs if pairs is not None else _kv_pairs(model, keyword, plan, cache, full)
         divergence = locate_divergence(pairs, valid_length=total, preallocated=plan.cache != "dynamic")
+        if steps[0].max_abs_delta > limit:
+            split = _prefill_split(model, keyword, prompt, reference_steps, steps[0].max_abs_delta, limit, type(cache).__name__)
         if plan.cache != "quantized":  # the fp8 design reference is itself a cached decode
             replay = replay_selections(model, getattr(torch, dtype), lambda: _decode_deltas(model, keyword, plan, full, reference_steps),
                                        lambda: model(input_ids=full, use_cache=False))
@@ -249,6 +264,12 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
                 paths[name] = failed_path(name, exc)
             timings[f"{name}_s"] = time.perf_counter() - start
 
+    window = None
+    if plan.window:
+        start = time.perf_counter()
+        window = _window(model, plan, keyword, reference, full)
+        timings["window_s"] = time.perf_counter() - start
+
     generate = None
     if plan.generate:
         start = time.perf_counter()
@@ -268,14 +289,40 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         kv_parity=kv,
         prefix_instability=unstable,
         topk_ties=ties,
+        prefill_split=split,
         replay=replay,
         generate=generate,
+        window=window,
+        mask_compared=watch.compared,
+        mask_problems=mask_problems,
         paths=paths,
         timings=timings,
         reference="the fp8 design reference" if quantized is not None else "the uncached reference",
         quantized=quantized,
         full_precision_delta=full_precision_delta,
     )
+
+
+def _window(model: Model, plan: ProbePlan, keyword: str, reference: torch.Tensor, full: torch.Tensor) -> WindowRecord:
+    try:
+        return run_window(model, plan, keyword, cache_geometry(model.config), reference, full)
+    except PathNotApplicable as exc:
+        return WindowRecord([], [], 0.0, not_applicable=str(exc))
+    except Exception as exc:  # noqa: BLE001 - a crash of the crossings fails the window check only
+        return WindowRecord([], [], 0.0, error=f"{type(exc).__name__}: {exc}"[:500])
+
+
+def _prefill_split(model: Model, keyword: str, prompt: torch.Tensor, reference_steps: torch.Tensor, delta: float,
+                   limit: float, cache_class: str) -> PrefillSplit:
+    """The failing prefill again into an empty config-less ``DynamicCache``: does the split follow the cache class?"""
+    from transformers import DynamicCache
+
+    try:
+        _, output = forward_keeping_cache(model, keyword, DynamicCache(), input_ids=prompt)
+        plain: float | None = _compare(output.logits[:, -1, :], reference_steps[:, 0, :])[0]
+    except Exception:  # noqa: BLE001 - e.g. linear-attention layers need their configured cache
+        plain = None
+    return PrefillSplit(delta, plain, cache_class, limit)
 
 
 def _replay_path(model: Model, dtype: str, name: str, run: Callable[[], PathRecord], full: torch.Tensor) -> SelectionReplay | None:

@@ -1,4 +1,4 @@
-"""Is the uncached forward a sound reference? Prefix stability and exact top-k ties.
+"""Is the uncached forward a sound reference? Prefix stability, exact top-k ties, and which side of a prefill is wrong.
 
 Run only when parity fails, before any cache is blamed: a model whose uncached logits at a
 position change when later tokens follow (not causal), or whose top-k selections are decided by
@@ -61,6 +61,40 @@ def prefix_instability(model: Model, full: torch.Tensor, reference: torch.Tensor
         if float(delta[position]) > limit and (worst is None or float(delta[position]) > worst.delta):
             worst = PrefixInstability(cut, full.shape[1], position, float(delta[position]))
     return worst
+
+
+@dataclass(frozen=True)
+class PrefillSplit:
+    """The cached prefill (an empty cache: no entry read yet) already differs from the uncached pass.
+
+    ``plain_delta`` is the same prefill into an empty config-less ``DynamicCache`` (plain layers that keep every
+    token): above the limit too, the model computes differently with ``use_cache=True``; within it, what differs
+    is the cell's own cache class. ``None``: a plain cache cannot run the model.
+    """
+
+    delta: float
+    plain_delta: float | None
+    cache_class: str
+    limit: float
+
+    @property
+    def model_side(self) -> bool:
+        """Whether the split does not depend on the cell's cache class (the model's ``use_cache=True`` path)."""
+        return self.plain_delta is None or self.plain_delta > self.limit
+
+    def describe(self) -> str:
+        head = (f"the cached and uncached passes already disagree at the prefill (|Δ| {self.delta:.3g} > {self.limit:.3g}), "
+                "before any cache entry was read, so this is not a cache-read fault")
+        if self.plain_delta is None:
+            return (f"{head}: the model computes differently with use_cache=True (a plain DynamicCache cannot run it to "
+                    "tell the cache class apart); either side may be the broken one, the cached path or the uncached reference")
+        if self.model_side:
+            return (f"{head}: the model computes differently with use_cache=True (a prefill into an empty plain DynamicCache "
+                    f"differs by {self.plain_delta:.3g} as well); either side may be the broken one, the cached path or the "
+                    "uncached reference")
+        return (f"{head}: a prefill into an empty plain DynamicCache agrees (|Δ| {self.plain_delta:.3g}), so the prefill "
+                f"changes with the cell's {self.cache_class}: the K/V its layers' first update() hands to attention, or how "
+                "the model reads them")
 
 
 class _TieCounter(TorchFunctionMode):

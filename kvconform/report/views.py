@@ -134,7 +134,7 @@ def first_line(text: str, width: int = 160) -> str:
 
 
 #: Diagnosis tags the checks put in a message; a table shows them in full, first.
-DIAGNOSIS_TAGS = ("top-k ties", "near-tie selections", "cache fault")
+DIAGNOSIS_TAGS = ("top-k ties", "near-tie selections", "prefill differs", "cache fault")
 _TAG = re.compile(r"\[(" + "|".join(re.escape(t) for t in DIAGNOSIS_TAGS) + r")\]")
 
 
