@@ -22,7 +22,7 @@ import torch
 from kvconform.build.checkpoint_files import check_safetensors_files, read_config
 from kvconform.build.split_gguf import check_joined, join_parts, joined_name, missing_parts, package_folder, part_paths
 from kvconform.cache_root import CACHE_DIR_ENV as CACHE_DIR_ENV
-from kvconform.cache_root import cache_dir
+from kvconform.cache_root import cache_dir as cache_dir
 from kvconform.matrix import ModelSpec
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")

@@ -12,7 +12,7 @@ from kvconform.history.envs import EnvironmentError_, ensure_release
 from kvconform.history.grid import build_history, load_reports
 from kvconform.history.render import render_history_html, render_history_markdown
 from kvconform.history.run import run_release
-from kvconform.report import Doc, write_text_atomic
+from kvconform.report import Doc, finite_or_null, write_text_atomic
 
 HISTORY_FILES = ("history.json", "history.md", "history.html")
 
@@ -49,7 +49,7 @@ def write_history(runs: Sequence[dict[str, Any]], docs: dict[str, Doc], selectio
     out.mkdir(parents=True, exist_ok=True)
     relative = [run | {"report": os.path.relpath(run["report"], out) if run["report"] and os.path.isabs(run["report"])
                        else run["report"]} for run in runs]
-    doc = build_history(relative, docs, selection)
+    doc = finite_or_null(build_history(relative, docs, selection))[0]  # an infinite Δ is written as null
     write_text_atomic(out / "history.json", json.dumps(doc, indent=1, sort_keys=True) + "\n")
     write_text_atomic(out / "history.md", render_history_markdown(doc))
     write_text_atomic(out / "history.html", render_history_html(doc))

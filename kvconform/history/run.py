@@ -48,9 +48,10 @@ def run_release(env: ReleaseEnv, root: Path, out_dir: Path, pytest_args: Sequenc
         done = subprocess.run(command, cwd=root, env=environ, capture_output=True, text=True, timeout=timeout_s, check=False)
         code, output = done.returncode, done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
-        code, output = None, f"{exc.stdout or ''}{exc.stderr or ''}\n(timed out after {timeout_s:g} s)"
+        partial = [part.decode(errors="replace") if isinstance(part, bytes) else part or "" for part in (exc.stdout, exc.stderr)]
+        code, output = None, "".join(partial) + f"\n(timed out after {timeout_s:g} s)"
     seconds = time.monotonic() - start
-    (out_dir / "pytest.log").write_text(output if isinstance(output, str) else str(output))
+    (out_dir / "pytest.log").write_text(output)
     record: dict[str, Any] = {"release": env.release, "status": "ok", "exit_code": code, "seconds": round(seconds, 1),
                               "env_seconds": round(env.seconds, 1), "added": list(env.added),
                               "report": str(out_dir / "conformance.json"), "error": None}
@@ -63,6 +64,6 @@ def run_release(env: ReleaseEnv, root: Path, out_dir: Path, pytest_args: Sequenc
         except ReportError as exc:
             problem = f"no valid report: {exc}"
     if problem:
-        tail = [line for line in output.splitlines() if line.strip()][-TAIL_LINES:] if isinstance(output, str) else []
+        tail = [line for line in output.splitlines() if line.strip()][-TAIL_LINES:]
         record.update(status="harness error", error="\n".join([problem, *tail]))
     return record

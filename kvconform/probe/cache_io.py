@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,18 +9,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.build.support import QUANTIZED_BACKEND
-
-#: Cache keywords, newest first: ``cache`` (5.24+), ``past_key_values``, ``cache_params`` (SSMs before 5.24).
-CACHE_KEYWORDS = ("cache", "past_key_values", "cache_params")
-
-
-def cache_keyword(model: Model) -> str:
-    """The forward keyword the installed transformers expects for the cache (``cache`` in 5.24+)."""
-    params = inspect.signature(model.forward).parameters
-    for keyword in CACHE_KEYWORDS:
-        if keyword in params:
-            return keyword
-    raise TypeError(f"{type(model).__name__}.forward takes none of {', '.join(CACHE_KEYWORDS)}")
+from kvconform.compat import CACHE_KEYWORDS
 
 
 def input_device(model: Model) -> torch.device:
