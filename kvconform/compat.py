@@ -56,3 +56,24 @@ CPU_KERNEL_SWITCHES = {"use_mamba_kernels": False}
 def cpu_kernel_overrides(values: dict[str, Any]) -> dict[str, Any]:
     """The switches of :data:`CPU_KERNEL_SWITCHES` that a config dict has, set to their CPU value."""
     return {key: value for key, value in CPU_KERNEL_SWITCHES.items() if key in values}
+
+
+#: Parallel per-layer lists of caches written before the per-layer classes (5.0's jamba
+#: ``HybridMambaAttentionDynamicCache``): K/V, then the recurrent states beside them.
+LAYER_LISTS = ("key_cache", "value_cache")
+STATE_LISTS = {"conv_states": "conv", "ssm_states": "ssm"}
+
+
+def layer_lists(cache: Any) -> list[tuple[Any, Any, dict[str, Any], dict[str, Any]]] | None:
+    """``(keys, values, conv states, recurrent states)`` per layer of a cache that keeps parallel lists instead of
+    layer objects, or ``None`` for any other cache."""
+    keys, values = (getattr(cache, name, None) for name in LAYER_LISTS)
+    if not (isinstance(keys, list) and isinstance(values, list) and len(keys) == len(values)):
+        return None
+    states = {name: getattr(cache, name, None) for name in STATE_LISTS}
+
+    def state(name: str, index: int) -> dict[str, Any]:
+        found = states[name]
+        return {STATE_LISTS[name]: found[index]} if isinstance(found, list) and index < len(found) else {}
+
+    return [(k, v, state("conv_states", i), state("ssm_states", i)) for i, (k, v) in enumerate(zip(keys, values, strict=True))]

@@ -23,8 +23,9 @@ def release_dir(out: Path, release: str) -> Path:
 
 def run_history(releases: Sequence[str], root: Path, out: Path, pytest_args: Sequence[str], timeout_s: float,
                 say: Callable[[str], None] = print) -> Doc:
-    """Run ``pytest suites`` with ``pytest_args`` under every release (creating environments as needed), then write
-    and return the history of ``out``. A release whose environment cannot be made is a harness error of its run."""
+    """Run ``pytest suites`` with ``pytest_args`` under every release (creating environments as needed), writing the
+    history of ``out`` after each, and return it. A release whose environment cannot be made is a harness error of
+    its run."""
     runs: list[dict[str, Any]] = []
     for release in releases:
         try:
@@ -40,6 +41,7 @@ def run_history(releases: Sequence[str], root: Path, out: Path, pytest_args: Seq
         record["report"] = os.path.relpath(record["report"], out)
         runs.append(record)
         say(f"{release}: {record['status']} in {record['seconds']:.0f} s" + (f": {record['error']}" if record["error"] else ""))
+        write_history(runs, load_reports(runs, out), list(pytest_args), out)  # an interrupted history keeps what ran
     return write_history(runs, load_reports(runs, out), list(pytest_args), out)
 
 
