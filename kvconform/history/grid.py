@@ -165,8 +165,13 @@ def merge_histories(histories: Sequence[tuple[Doc, Path]]) -> tuple[list[dict[st
     if len(selections) > 1:
         raise ValueError("merge: the histories ran different selections: " + " | ".join(" ".join(s) or "(all)" for s in selections))
     runs: list[dict[str, Any]] = []
+    seen: dict[str, Path] = {}
     for doc, base in histories:
         for run in doc["releases"]:
+            if run["release"] in seen:
+                raise ValueError(f"merge: release {run['release']} is in {seen[run['release']]} and in {base}: "
+                                 "merge shards that ran different releases")
+            seen[run["release"]] = base
             runs.append({key: value for key, value in run.items() if key != "torch"}
                         | {"report": str((base / run["report"]).resolve())})
     return runs, load_reports(runs, Path("/")), list(next(iter(selections)))
