@@ -77,3 +77,13 @@ def layer_lists(cache: Any) -> list[tuple[Any, Any, dict[str, Any], dict[str, An
         return {STATE_LISTS[name]: found[index]} if isinstance(found, list) and index < len(found) else {}
 
     return [(k, v, state("conv_states", i), state("ssm_states", i)) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+
+
+def state_tensors(states: Any) -> list[Any]:
+    """The tensors of a layer's recurrent-state attribute: a dict of them (5.14+), one tensor or a list (jamba's
+    hybrid layers in 5.5-5.13), or nothing."""
+    if isinstance(states, dict):
+        return list(states.values())
+    if isinstance(states, (list, tuple)):
+        return list(states)
+    return [] if states is None else [states]
