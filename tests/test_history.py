@@ -230,7 +230,7 @@ def test_oldest_and_newest_release_run_in_their_own_environments(tmp_path: Path)
     (under $KVCONFORM_CACHE_DIR/releases) and needs the package index the first time."""
     args = [sys.executable, str(REPO / "tools" / "history.py"), "run", "--releases", *SLOW_RELEASES,
             *[arg for model in SLOW_MODELS for arg in ("--model", model)],
-            "-k", "test_parity and float32-cpu-dynamic]", "--out", str(tmp_path / "h")]
+            "-k", "test_parity and float32-cpu-dynamic", "--out", str(tmp_path / "h")]
     done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
