@@ -124,7 +124,7 @@ def isolate_inductor_cache() -> None:
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         import torch
 
-        from kvconform.build.models import cache_dir
+        from kvconform.cache_root import cache_dir
 
         capability = torch.backends.cpu.get_cpu_capability().lower()
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache_dir() / "inductor" / capability)

@@ -213,7 +213,8 @@ def beam(model, prompt):
 def crop(model, keyword, full, fresh):
     """Prefill PROMPT+3 tokens recording the past (as assisted decoding does), crop(-3), decode the same tokens again."""
     cache = fresh() or transformers.DynamicCache(config=model.config.get_text_config(decoder=True))
-    cache.activate_past_recording()
+    if hasattr(cache, "activate_past_recording"):  # transformers 5.15+: assisted decoding records the past
+        cache.activate_past_recording()
     cache, _ = forward(model, keyword, cache, input_ids=full[:, : PROMPT + 3])
     cache.crop(-3)
     print(f"get_seq_length() after crop(-3): {{int(cache.get_seq_length())}} (expected {{PROMPT}})")

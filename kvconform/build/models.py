@@ -21,10 +21,11 @@ import torch
 
 from kvconform.build.checkpoint_files import check_safetensors_files, read_config
 from kvconform.build.split_gguf import check_joined, join_parts, joined_name, missing_parts, package_folder, part_paths
+from kvconform.cache_root import CACHE_DIR_ENV as CACHE_DIR_ENV
+from kvconform.cache_root import cache_dir as cache_dir
 from kvconform.matrix import ModelSpec
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
-CACHE_DIR_ENV = "KVCONFORM_CACHE_DIR"
 
 #: A transformers model (a ``PreTrainedModel``): typed ``Any`` because its attributes are dynamic
 #: (``nn.Module.__getattr__``) and its API is only partly annotated.
@@ -37,12 +38,6 @@ class ModelRefused(RuntimeError):
 
 class ModelUnavailable(RuntimeError):
     """The checkpoint is not on this machine (missing folder or file, offline hub cache miss)."""
-
-
-def cache_dir() -> Path:
-    """Where prepared artefacts (dequantized GGUF) are kept between runs."""
-    default = Path.home() / ".cache" / "kvconform"
-    return Path(os.environ.get(CACHE_DIR_ENV, default))
 
 
 def load_master(spec: ModelSpec) -> Model:

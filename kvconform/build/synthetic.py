@@ -21,6 +21,7 @@ from transformers.models.auto.modeling_auto import (
 )
 
 from kvconform.build.architecture_table import architecture_table, load_architecture_table
+from kvconform.compat import cpu_kernel_overrides
 
 VOCAB_SIZE = 256
 MIN_LAYERS = 2
@@ -250,6 +251,7 @@ def shrink_values(values: Mapping[str, Any]) -> dict[str, Any]:
     out = _shrink_sizes(values)
     out.update(_shrink_token_ids(values))
     out.update(_shrink_layers(values, out))
+    out.update(cpu_kernel_overrides(dict(values)))
     for key, value in values.items():
         if isinstance(value, dict) and "model_type" in value:
             out[key] = {**value, **shrink_values(value)}

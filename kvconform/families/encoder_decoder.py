@@ -13,10 +13,10 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
+from kvconform.compat import cache_keyword
 from kvconform.families import CROSS_HALF
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import encoder_inputs, special_token_ids, text_ids
-from kvconform.probe.cache_io import cache_keyword
 from kvconform.probe.decode import ProbePlan
 
 

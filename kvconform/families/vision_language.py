@@ -16,10 +16,11 @@ import torch
 from transformers import DynamicCache
 
 from kvconform.build.models import Model
+from kvconform.compat import cache_keyword
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import ImageInputs, image_inputs, image_token_id, special_token_ids, text_ids
 from kvconform.families.registry import prefix_lm_types
-from kvconform.probe.cache_io import cache_keyword, new_cache
+from kvconform.probe.cache_io import new_cache
 from kvconform.probe.decode import ProbePlan
 
 #: Text tokens before the image; the rest of the prompt follows it.

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from kvconform.build.models import Model
 from kvconform.build.support import QUANTIZED_BACKEND
-
-#: Cache keywords, newest first: ``cache`` (5.24+), ``past_key_values``, ``cache_params`` (SSMs before 5.24).
-CACHE_KEYWORDS = ("cache", "past_key_values", "cache_params")
-
-
-def cache_keyword(model: Model) -> str:
-    """The forward keyword the installed transformers expects for the cache (``cache`` in 5.24+)."""
-    params = inspect.signature(model.forward).parameters
-    for keyword in CACHE_KEYWORDS:
-        if keyword in params:
-            return keyword
-    raise TypeError(f"{type(model).__name__}.forward takes none of {', '.join(CACHE_KEYWORDS)}")
+from kvconform.compat import CACHE_KEYWORDS, layer_lists
 
 
 def input_device(model: Model) -> torch.device:
@@ -84,20 +72,24 @@ def new_cache(model: Model, kind: str, max_len: int) -> Any:
 
 def cache_layers(cache: Any) -> list[Any]:
     """The per-layer objects of a transformers ``Cache`` (the self-attention half of an encoder-decoder
-    cache); legacy tuples are wrapped; a custom cache without layers (e.g. xLSTM state) has none."""
+    cache); legacy tuples and the parallel lists of older releases' hybrid caches are wrapped; a custom cache
+    without layers (e.g. xLSTM state) has none."""
     cache = getattr(cache, "self_attention_cache", cache)
     layers = getattr(cache, "layers", None)
     if layers is not None:
         return list(layers)
     if isinstance(cache, (tuple, list)) and all(isinstance(entry, (tuple, list)) for entry in cache):
         return [_LegacyLayer(*entry[:2]) for entry in cache]
-    return []
+    lists = layer_lists(cache)
+    return [_LegacyLayer(*entry) for entry in lists] if lists is not None else []
 
 
 @dataclass
 class _LegacyLayer:
     keys: torch.Tensor
     values: torch.Tensor
+    conv_states: dict[str, Any] = field(default_factory=dict)
+    recurrent_states: dict[str, Any] = field(default_factory=dict)
 
 
 def seq_length(cache: Any) -> int | None:

@@ -15,6 +15,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.build.support import crop_support
+from kvconform.compat import record_past
 from kvconform.probe.cache_io import new_cache, returned_cache, seq_length
 from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
@@ -41,7 +42,7 @@ def run_crop(model: Model, plan: Any, keyword: str, reference: torch.Tensor, seq
     prompt_length, total = plan.prompt_length, sequence.shape[1]
     k = min(CROP_TOKENS, total - prompt_length)
     cache = _fresh_cache(model, plan.cache, total)
-    cache.activate_past_recording()  # as assisted decoding does, so conv states can be rolled back too
+    record_past(cache)  # as assisted decoding does (5.15+), so conv states can be rolled back too
     output = model(input_ids=sequence[:, : prompt_length + k], use_cache=True, **{keyword: cache})
     cache = returned_cache(output, cache)
     if not getattr(cache, "is_croppable", False):

@@ -18,10 +18,10 @@ import torch
 
 from kvconform.build.geometry import cache_geometry
 from kvconform.build.models import Model
+from kvconform.compat import cache_keyword
 from kvconform.matrix import Tolerance
 from kvconform.probe.cache_io import (
     cache_implementation,
-    cache_keyword,
     cache_layers,
     forward_keeping_cache,
     input_device,

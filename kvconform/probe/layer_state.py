@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from kvconform.compat import state_tensors
 from kvconform.probe.cache_io import cache_layers
 
 
@@ -42,7 +43,7 @@ def snapshot_layers(cache: Any) -> list[LayerState]:
         other = [
             tuple(t.shape)
             for name in ("conv_states", "recurrent_states")
-            for t in (getattr(layer, name, None) or {}).values()
+            for t in state_tensors(getattr(layer, name, None))
             if isinstance(t, torch.Tensor)
         ]
         states.append(

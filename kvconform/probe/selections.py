@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from kvconform.probe.cache_io import CACHE_KEYWORDS, seq_length
+from kvconform.compat import CACHE_KEYWORDS
+from kvconform.probe.cache_io import seq_length
 
 #: A flip is decided by rounding when its margin, and the distance of the cached scores from the uncached ones
 #: there, are within this many times the run's own noise: the largest distance of that selection's scores

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
+from kvconform.compat import all_linear, cache_argument
 from kvconform.probe.cache_io import forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.ragged_rows import ragged_row_lengths
@@ -102,14 +103,12 @@ def _mask_as_generate_feeds(model: Model, cache: Any, ids: torch.Tensor, attenti
     from transformers import Cache
     from transformers.masking_utils import create_masks_for_generate
 
-    if not (isinstance(cache, Cache) and cache.is_compileable and not all(cache.is_linear)):
+    if not (isinstance(cache, Cache) and cache.is_compileable and not all_linear(cache)):
         return attention
     build = getattr(model, "create_masks_for_generate", create_masks_for_generate)
     dtype = next(model.parameters()).dtype
-    # The cache argument is ``cache`` from 5.24 on, ``past_key_values`` before.
-    cache_argument = "cache" if "cache" in inspect.signature(build).parameters else "past_key_values"
     return build(config=model.config, inputs_embeds=torch.empty((ids.shape[0], ids.shape[1], 0), dtype=dtype, device=ids.device),
-                 attention_mask=attention, position_ids=positions.get("position_ids"), **{cache_argument: cache})
+                 attention_mask=attention, position_ids=positions.get("position_ids"), **{cache_argument(build): cache})
 
 
 @torch.inference_mode()

@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""RecurrentGemma's config-built caches report length 0 in transformers 5.20 (fixed by 5.24).
+"""RecurrentGemma's config-built caches report length 0 in transformers 5.18 to 5.23 (5.17 and 5.24 are right).
+
+5.18 removed RecurrentGemmaModel.forward's rebinding of get_seq_length/get_mask_sizes to the first attention
+layer (modeling_recurrent_gemma.py:670-677 in 5.17.0); 5.18.0 derives position_ids from get_seq_length()
+(modeling_recurrent_gemma.py:663-664 in 5.18.0).
 
 DynamicCache(config=...) and StaticCache(config=...) give RecurrentGemma an attention layer for its layer 0,
 a recurrent block that never stores a token, so get_seq_length() (layer 0) stays 0 after the prefill. The
@@ -17,7 +21,7 @@ import torch
 import transformers
 from transformers import AutoConfig, StaticCache
 
-TRANSFORMERS = "<5.24"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
+TRANSFORMERS = ">=5.18,<5.24"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
 
 DTYPE, SEED, BATCH, PROMPT, STEPS, CACHE, ATTN = 'float32', 0, 2, 6, 8, 'static', 'sdpa'
 CONFIG_JSON = '{\n  "attention_bias": false,\n  "attention_dropout": 0.0,\n  "attention_window_size": 4,\n  "block_types": [\n    "recurrent",\n    "recurrent",\n    "attention"\n  ],\n  "bos_token_id": 2,\n  "conv1d_width": 4,\n  "eos_token_id": 1,\n  "final_w_init_variance_scale": 0.6666666666666666,\n  "head_dim": 16,\n  "hidden_activation": "gelu_pytorch_tanh",\n  "hidden_size": 64,\n  "intermediate_size": 128,\n  "logits_soft_cap": 30.0,\n  "lru_width": 64,\n  "model_type": "recurrent_gemma",\n  "num_attention_heads": 4,\n  "num_hidden_layers": 3,\n  "num_key_value_heads": 2,\n  "pad_token_id": 0,\n  "rms_norm_eps": 1e-06,\n  "rope_parameters": {\n    "partial_rotary_factor": 0.5,\n    "rope_theta": 10000.0,\n    "rope_type": "default"\n  },\n  "tie_word_embeddings": true,\n  "transformers_version": "5.20.0",\n  "use_cache": true,\n  "vocab_size": 256,\n  "w_init_variance_scale": 0.01\n}\n'

@@ -1,0 +1,89 @@
+"""What differs between transformers releases, detected in one place (never by comparing version numbers).
+
+Every API the harness uses that some 5.x release lacks or spells differently is probed here by its evidence: a
+keyword in a signature, a method or class that exists. The rest of kvconform asks these functions, so a verdict
+under any release is about the model, not about which release wrote the API.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+#: Cache keywords of a forward, newest first: ``cache`` (5.24+), ``past_key_values``, ``cache_params`` (SSMs
+#: before 5.24).
+CACHE_KEYWORDS = ("cache", "past_key_values", "cache_params")
+
+
+def cache_keyword(model: Any) -> str:
+    """The forward keyword this release's model expects for the cache (``cache`` from 5.24 on)."""
+    params = inspect.signature(model.forward).parameters
+    for keyword in CACHE_KEYWORDS:
+        if keyword in params:
+            return keyword
+    raise TypeError(f"{type(model).__name__}.forward takes none of {', '.join(CACHE_KEYWORDS)}")
+
+
+def cache_argument(function: Callable[..., Any]) -> str:
+    """The cache keyword of a transformers helper (mask builders): ``cache`` from 5.24 on, ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(function).parameters else "past_key_values"
+
+
+def record_past(cache: Any) -> bool:
+    """Start recording the past as assisted decoding does where the release has it (``activate_past_recording``,
+    5.15+, so conv and recurrent states can be cropped); before it, assisted decoding crops without recording.
+    Returns whether recording started."""
+    start = getattr(cache, "activate_past_recording", None)
+    if start is None:
+        return False
+    start()
+    return True
+
+
+def all_linear(cache: Any) -> bool:
+    """Whether every layer of ``cache`` is a linear-attention (recurrent) layer; releases whose caches have no
+    ``is_linear`` (before the linear-attention layer classes) have none."""
+    flags = getattr(cache, "is_linear", None) or []
+    return bool(flags) and all(flags)
+
+
+#: Config switches that ask for CUDA-only kernels, with the value that runs the model's own torch code. Older
+#: releases' jamba configs default ``use_mamba_kernels`` to True and its forward then refuses to run on CPU.
+CPU_KERNEL_SWITCHES = {"use_mamba_kernels": False}
+
+
+def cpu_kernel_overrides(values: dict[str, Any]) -> dict[str, Any]:
+    """The switches of :data:`CPU_KERNEL_SWITCHES` that a config dict has, set to their CPU value."""
+    return {key: value for key, value in CPU_KERNEL_SWITCHES.items() if key in values}
+
+
+#: Parallel per-layer lists of caches written before the per-layer classes (5.0's jamba
+#: ``HybridMambaAttentionDynamicCache``): K/V, then the recurrent states beside them.
+LAYER_LISTS = ("key_cache", "value_cache")
+STATE_LISTS = {"conv_states": "conv", "ssm_states": "ssm"}
+
+
+def layer_lists(cache: Any) -> list[tuple[Any, Any, dict[str, Any], dict[str, Any]]] | None:
+    """``(keys, values, conv states, recurrent states)`` per layer of a cache that keeps parallel lists instead of
+    layer objects, or ``None`` for any other cache."""
+    keys, values = (getattr(cache, name, None) for name in LAYER_LISTS)
+    if not (isinstance(keys, list) and isinstance(values, list) and len(keys) == len(values)):
+        return None
+    states = {name: getattr(cache, name, None) for name in STATE_LISTS}
+
+    def state(name: str, index: int) -> dict[str, Any]:
+        found = states[name]
+        return {STATE_LISTS[name]: found[index]} if isinstance(found, list) and index < len(found) else {}
+
+    return [(k, v, state("conv_states", i), state("ssm_states", i)) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+
+
+def state_tensors(states: Any) -> list[Any]:
+    """The tensors of a layer's recurrent-state attribute: a dict of them (5.14+), one tensor or a list (jamba's
+    hybrid layers in 5.5-5.13), or nothing."""
+    if isinstance(states, dict):
+        return list(states.values())
+    if isinstance(states, (list, tuple)):
+        return list(states)
+    return [] if states is None else [states]

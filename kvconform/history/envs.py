@@ -1,0 +1,130 @@
+"""One environment per transformers release: a ``pip install --target`` folder put first on ``PYTHONPATH``.
+
+The folder holds that release and those of its own requirements the running interpreter's environment does not
+satisfy (5.0.0 wants ``huggingface-hub<2`` and ``typer-slim``, 5.24 neither); never torch: every release runs on
+the interpreter's one torch, so verdicts differ by transformers only. A folder is created once (built beside its
+final name, then renamed, so an interrupted install leaves nothing half made) and reused by every later run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from email.parser import Parser
+from importlib import metadata
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from kvconform.cache_root import cache_dir
+
+#: The file that marks a finished environment (written last, before the rename).
+MARKER = "kvconform-release.json"
+#: Never installed into a release folder: the interpreter's own build is the one every release runs on.
+SHARED = ("torch",)
+
+
+class EnvironmentError_(RuntimeError):
+    """A release environment could not be created (the pip command and its last words are in the message)."""
+
+
+@dataclass(frozen=True)
+class ReleaseEnv:
+    """A release's folder and what it added to the interpreter's environment."""
+
+    release: str
+    path: Path
+    added: tuple[str, ...]
+    """Requirements installed beside transformers (those the interpreter's environment did not satisfy)."""
+    seconds: float
+    """How long its creation took (0 when it was already there)."""
+
+    def pythonpath(self, *rest: str | os.PathLike[str]) -> str:
+        """``PYTHONPATH`` that imports this release first, then ``rest``."""
+        return os.pathsep.join([str(self.path), *(str(p) for p in rest)])
+
+
+def releases_dir() -> Path:
+    return cache_dir() / "releases" / f"py{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def unmet_requirements(metadata_text: str) -> list[str]:
+    """The release's unconditional requirements (no extras) that the running environment does not satisfy,
+    torch excluded."""
+    unmet = []
+    for line in Parser().parsestr(metadata_text).get_all("Requires-Dist") or []:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        if requirement.name.lower() in SHARED:
+            continue
+        try:
+            installed = metadata.version(requirement.name)
+        except metadata.PackageNotFoundError:
+            installed = None
+        if installed is None or not requirement.specifier.contains(installed, prereleases=True):
+            unmet.append(str(requirement))
+    return unmet
+
+
+def _pip(args: list[str], what: str) -> None:
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *args]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    if done.returncode:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-6:]
+        raise EnvironmentError_(f"{what}: `{' '.join(command)}` exited {done.returncode}:\n" + "\n".join(tail))
+
+
+def _load(path: Path, release: str) -> ReleaseEnv | None:
+    try:
+        marker = json.loads((path / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    if marker.get("transformers") != release:
+        return None
+    return ReleaseEnv(release, path, tuple(marker.get("added", [])), 0.0)
+
+
+def ensure_release(release: str, root: Path | None = None) -> ReleaseEnv:
+    """The environment of transformers ``release``, created under ``root`` (default :func:`releases_dir`) if absent."""
+    import time
+
+    root = root or releases_dir()
+    final = root / release
+    found = _load(final, release)
+    if found:
+        return found
+    start = time.monotonic()
+    root.mkdir(parents=True, exist_ok=True)
+    staging = root / f".{release}.tmp{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        _pip(["--no-deps", "--target", str(staging), f"transformers=={release}"], f"transformers {release}")
+        info = staging / f"transformers-{release}.dist-info" / "METADATA"
+        added = unmet_requirements(info.read_text(encoding="utf-8"))
+        if added:
+            _pip(["--target", str(staging), *added], f"transformers {release}'s requirements")
+        leaked = [name for name in SHARED if (staging / name).exists()]
+        if leaked:
+            raise EnvironmentError_(f"transformers {release}: installing {', '.join(added)} pulled {', '.join(leaked)} into "
+                                    f"{staging}; every release must run on the interpreter's own build")
+        seconds = time.monotonic() - start
+        marker = {"transformers": release, "added": added, "python": sys.version.split()[0], "seconds": round(seconds, 1)}
+        (staging / MARKER).write_text(json.dumps(marker, indent=1) + "\n")
+        try:
+            staging.rename(final)
+        except OSError:  # another process finished the same release first
+            existing = _load(final, release)
+            if existing is None:
+                raise
+            return existing
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ReleaseEnv(release, final, tuple(added), seconds)
