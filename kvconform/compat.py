@@ -87,3 +87,25 @@ def state_tensors(states: Any) -> list[Any]:
     if isinstance(states, (list, tuple)):
         return list(states)
     return [] if states is None else [states]
+
+
+def layer_mask_sizes(layer: Any, query_length: int) -> tuple[int, int]:
+    """A cache layer's ``get_mask_sizes`` for a query of ``query_length`` tokens: it takes the length from 5.10 on,
+    the query's ``cache_position`` tensor before (whose length is all it reads)."""
+    first = next(iter(inspect.signature(layer.get_mask_sizes).parameters))
+    if first == "cache_position":
+        import torch
+
+        start = int(layer.get_seq_length())
+        return layer.get_mask_sizes(torch.arange(start, start + query_length))
+    return layer.get_mask_sizes(query_length)
+
+
+def image_processor_backends(model_type: str) -> dict[str, str] | None:
+    """The image processor class names per backend (``pil``, ``torchvision``) transformers maps for ``model_type``;
+    None where the release maps none, or has no per-backend mapping (``auto_mappings``, newer releases)."""
+    try:
+        from transformers.models.auto.auto_mappings import IMAGE_PROCESSOR_MAPPING_NAMES
+    except ImportError:
+        return None
+    return IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or None

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from kvconform.compat import image_processor_backends
+
 #: Fields of an image processor that hold a pixel length (or lists/dicts of them), scaled with the tower.
 SPATIAL_FIELDS = ("size", "crop_size", "max_image_size", "min_image_size", "image_grid_pinpoints", "split_resolutions",
                   "scale_resolution", "image_size", "min_size")
@@ -27,12 +29,11 @@ class NoImageProcessor(Exception):
 
 def image_processor_class(model_type: str) -> type:
     """The PIL-backend image processor class transformers maps for ``model_type`` (else its only backend)."""
-    from transformers.models.auto.auto_mappings import IMAGE_PROCESSOR_MAPPING_NAMES
     from transformers.models.auto.image_processing_auto import get_image_processor_class_from_name
 
-    backends = IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type)
+    backends = image_processor_backends(model_type)
     if not backends:
-        raise NoImageProcessor(f"transformers maps no image processor for {model_type!r}")
+        raise NoImageProcessor(f"this transformers release maps no image processor backends for {model_type!r}")
     name = backends.get("pil")
     if name is None:
         raise NoImageProcessor(f"its image processor {backends.get('torchvision')} has only a torchvision backend")

@@ -21,6 +21,7 @@ import torch
 
 from kvconform.build.geometry import CacheGeometry
 from kvconform.build.models import Model
+from kvconform.compat import layer_mask_sizes
 from kvconform.probe.cache_io import cache_layers, forward_keeping_cache, new_cache, returned_cache, seq_length
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.variants import PathNotApplicable, row_delta
@@ -94,7 +95,7 @@ class UpdateWatch:
 
     def step(self, run: Any, query_length: int, step: int) -> tuple[Any, list[str]]:
         """``run()`` one forward; the layers whose advertised kv_length is not the K/V length update() returned."""
-        advertised = {index: int(layer.get_mask_sizes(query_length)[0]) for index, layer in self.layers}
+        advertised = {index: int(layer_mask_sizes(layer, query_length)[0]) for index, layer in self.layers}
         self.returned = {}
         output = run()
         self.compared += sum(1 for index, _ in self.layers if self.returned.get(index))
