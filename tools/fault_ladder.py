@@ -126,8 +126,9 @@ def ladder(model: Any, prompt_length: int, decode_steps: int) -> dict[str, Rewri
 def measure(model: Any, settings: Settings, tolerance: Tolerance, dtype: str,
             faults: dict[str, Rewrite | None]) -> dict[str, dict[str, float]]:
     """Per fault: Δ ÷ limit of parity and kv_parity (each check as the suite runs it on a dynamic sdpa cell)."""
+    # No localization pass after a failure (locate_tolerance None): it changes no ratio and would cost four passes a rung.
     plan = ProbePlan(batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
-                     seed=settings.seed, generate=False, locate_tolerance=tolerance)
+                     seed=settings.seed, generate=False)
     cast = model_in_dtype(model, dtype, "cpu")
     rows = {}
     for name, fault in faults.items():
