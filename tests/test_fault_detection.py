@@ -249,3 +249,46 @@ def test_a_mask_sized_for_other_keys_fails_growth_even_when_the_logits_survive(l
         "decode step 1, layer 0 (DynamicLayer): get_mask_sizes(1) advertises kv_length 8, update() returned 7 K/V positions: "
         "the attention mask is sized for other keys than attention receives (16 layer-steps)"), results["growth"].message
     assert "the ragged path raised RuntimeError: The size of tensor a (7) must match the size of tensor b (8)" in results["ragged"].message
+
+
+@pytest.fixture(scope="module")
+def gemma3():
+    """The real Gemma 3 270M and its matrix settings, as the default matrix loads it (the dequantized cache)."""
+    from pathlib import Path
+
+    from kvconform.build.architecture_table import load_architecture_table
+    from kvconform.build.models import load_master
+    from kvconform.build.synthetic import causal_lm_model_types
+    from kvconform.matrix import load_matrix
+
+    matrix = load_matrix(Path(__file__).resolve().parents[1] / "model_matrix.yaml", known_model_types=causal_lm_model_types,
+                         excluded_types=load_architecture_table()[1]).select(["gemma3-270m"])
+    return load_master(matrix.models[0]), matrix.models[0].settings
+
+
+#: Gemma 3 270M in bfloat16 (batch 2, prompt 6, 8 decode steps, dynamic sdpa), Δ ÷ limit measured with
+#: tools/fault_ladder.py --model gemma3-270m on AVX-512 (docs/detection-power.md): healthy parity 0.087, kv_parity
+#: 0.15; a stale column in every layer parity 3.7, kv_parity 10.5; in one layer of 18 kv_parity 8.2 (sliding, layer 9)
+#: and 9.1 (full attention, layer 11), parity 2.8 and 2.6. Asserted with room for other CPUs' kernels (SmolLM2's
+#: healthy kv_parity grew 4x under AVX2).
+GEMMA_BF16_MARGIN = {"healthy": 0.75, "stale parity": 2.5, "stale kv_parity": 5.0, "one layer kv_parity": 4.0}
+
+
+def test_a_stale_column_fails_gemma3_bfloat16_by_its_measured_margins(gemma3):
+    """A stale decode column in every layer (sliding and full attention) fails bfloat16 parity and kv_parity on the
+    real Gemma 3 by their measured margins; one stale layer of 18 (sliding, or full attention) fails kv_parity."""
+    model, settings = gemma3
+    ladder = _fault_ladder()
+    rungs = ladder.ladder(model, settings.prompt_length, settings.decode_steps)
+    chosen = {name: fault for name, fault in rungs.items() if name == "healthy" or name.startswith("stale column, every")
+              or (name.startswith("stale column, layer") and name.endswith(" only") and "," not in name.removeprefix("stale column, "))}
+    assert len(chosen) == 4, sorted(chosen)  # healthy, every layer, one sliding layer, one full-attention layer
+    ratios = ladder.measure(model, settings, settings.tolerances["bfloat16"], "bfloat16", chosen)
+    healthy = ratios.pop("healthy")
+    assert max(healthy.values()) <= GEMMA_BF16_MARGIN["healthy"], healthy
+    every = ratios.pop(next(name for name in ratios if "every" in name))
+    assert every["parity"] >= GEMMA_BF16_MARGIN["stale parity"], every
+    assert every["kv_parity"] >= GEMMA_BF16_MARGIN["stale kv_parity"], every
+    for fault, measured in ratios.items():
+        assert measured["kv_parity"] >= GEMMA_BF16_MARGIN["one layer kv_parity"], (fault, measured)
+        assert ladder.first_catch(measured) == "kv_parity", (fault, measured)

@@ -3,11 +3,15 @@
 
     python tools/fault_ladder.py                          # SmolLM2 (matrix id smollm2-135m), all three dtypes
     python tools/fault_ladder.py --model smollm2-135m --dtype bfloat16
+    python tools/fault_ladder.py --model gemma3-270m      # Gemma 3 270M: a sliding and a full-attention layer
 
 Prints a Markdown table (docs/tolerances.md): for each fault and dtype, Δ ÷ limit of ``parity`` (logits) and of
 ``kv_parity`` (stored K/V against one fresh pass), and which check catches it first (the larger ratio over 1).
-Every fault is planted in ``Cache.update`` on decode writes (one token, a filled ``DynamicLayer``) of the dynamic
-cache, with the matrix's settings (batch 2, prompt 6, 8 decode steps); prefills and the references are untouched.
+Every fault is planted in ``Cache.update`` on decode writes (one token, a filled ``DynamicLayer`` or its subclass
+``DynamicSlidingWindowLayer``: Gemma 3's sliding layers get them too) of the dynamic cache, with the matrix entry's
+settings (batch 2, prompt 6, 8 decode steps); prefills and the references are untouched. The one-layer rungs go in
+the middle layer, and on a model with several layer kinds (Gemma 3: sliding and full attention) also in the middle
+layer of each other kind, each with its own rotary frequencies.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def stale(layer: int | None = None, head: int | None = None, position: int | Non
     """Store the previous column again, in one ``layer``, one KV ``head`` of it, the token at ``position`` (``None``: all)."""
 
     def rewrite(index: int, stored: Any, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if layer not in (None, index) or position not in (None, stored.keys.shape[-2]):
+        if layer not in (None, index) or position not in (None, stored.get_seq_length()):
             return keys, values
         heads = slice(None) if head is None else slice(head, head + 1)
         keys, values = keys.clone(), values.clone()
@@ -85,26 +89,46 @@ def rotary_offset(layer: int, inv_freq: torch.Tensor) -> Rewrite:
     return rewrite
 
 
+def _layers(config: Any) -> dict[int, str | None]:
+    """The middle layer, and on a model with several layer kinds the middle layer of each other kind, with its kind."""
+    count, kinds = config.num_hidden_layers, getattr(config, "layer_types", None)
+    middle = count // 2
+    if not kinds or len(set(kinds)) == 1:
+        return {middle: None}
+    chosen = {middle: kinds[middle]}
+    for kind in sorted(set(kinds) - {kinds[middle]}):
+        of_kind = [index for index, other in enumerate(kinds) if other == kind]
+        chosen[of_kind[len(of_kind) // 2]] = kind
+    return chosen
+
+
+def _inv_freq(model: Any, kind: str | None) -> torch.Tensor:
+    """The rotary frequencies a layer of ``kind`` uses (Gemma 3 keeps one set per layer kind)."""
+    rotary = model.model.rotary_emb
+    return getattr(rotary, f"{kind}_inv_freq") if kind is not None and hasattr(rotary, f"{kind}_inv_freq") else rotary.inv_freq
+
+
 def ladder(model: Any, prompt_length: int, decode_steps: int) -> dict[str, Rewrite | None]:
-    """The rungs, largest first, placed in the middle layer and late in the sequence of ``model``."""
-    layer = model.config.num_hidden_layers // 2
+    """The rungs, largest first, placed in the middle layer(s) and late in the sequence of ``model``."""
     late = prompt_length + decode_steps - 3  # the token fed at the third-to-last decode step
-    inv_freq = model.model.rotary_emb.inv_freq
-    return {
-        "healthy": None,
-        "stale column, every layer": stale(),
-        f"stale column, layer {layer} only": stale(layer=layer),
-        f"stale column, layer {layer}, KV head 0 only": stale(layer=layer, head=0),
-        f"stale column, layer {layer}, position {late} only": stale(layer=layer, position=late),
-        f"rotary offset +1 on decoded keys, layer {layer}": rotary_offset(layer, inv_freq),
-    }
+    rungs: dict[str, Rewrite | None] = {"healthy": None, "stale column, every layer": stale()}
+    layers = _layers(model.config)
+    for layer, kind in layers.items():
+        rungs[f"stale column, layer {layer}{f' ({kind})' if kind else ''} only"] = stale(layer=layer)
+    layer = next(iter(layers))
+    rungs[f"stale column, layer {layer}, KV head 0 only"] = stale(layer=layer, head=0)
+    rungs[f"stale column, layer {layer}, position {late} only"] = stale(layer=layer, position=late)
+    for layer, kind in layers.items():
+        rungs[f"rotary offset +1 on decoded keys, layer {layer}{f' ({kind})' if kind else ''}"] = rotary_offset(layer, _inv_freq(model, kind))
+    return rungs
 
 
 def measure(model: Any, settings: Settings, tolerance: Tolerance, dtype: str,
             faults: dict[str, Rewrite | None]) -> dict[str, dict[str, float]]:
     """Per fault: Δ ÷ limit of parity and kv_parity (each check as the suite runs it on a dynamic sdpa cell)."""
+    # No localization pass after a failure (locate_tolerance None): it changes no ratio and would cost four passes a rung.
     plan = ProbePlan(batch_size=settings.batch_size, prompt_length=settings.prompt_length, decode_steps=settings.decode_steps,
-                     seed=settings.seed, generate=False, locate_tolerance=tolerance)
+                     seed=settings.seed, generate=False)
     cast = model_in_dtype(model, dtype, "cpu")
     rows = {}
     for name, fault in faults.items():

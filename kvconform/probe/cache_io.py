@@ -12,6 +12,15 @@ from kvconform.build.support import QUANTIZED_BACKEND
 from kvconform.compat import CACHE_KEYWORDS, layer_lists
 
 
+def keep_logits(model: Model, count: int) -> dict[str, int]:
+    """``logits_to_keep=count`` where the model's forward takes it (the test ``generate()`` makes), else nothing.
+
+    Without it every position's logits are computed (262,144 per position for Gemma 3); callers read the last
+    ``count`` positions either way (``logits[:, -count:]``), so a model that ignores the keyword is read the same.
+    """
+    return {"logits_to_keep": count} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+
 def input_device(model: Model) -> torch.device:
     """Where inputs go: accelerate's execution device for offloaded models, else the first real parameter's."""
     device = getattr(getattr(model, "_hf_hook", None), "execution_device", None)

@@ -16,7 +16,7 @@ import torch
 from kvconform.build.models import Model
 from kvconform.build.support import crop_support
 from kvconform.compat import record_past
-from kvconform.probe.cache_io import new_cache, returned_cache, seq_length
+from kvconform.probe.cache_io import keep_logits, new_cache, returned_cache, seq_length
 from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
 #: Tokens rolled back: a typical number of rejected draft tokens.
@@ -38,12 +38,13 @@ def _fresh_cache(model: Model, kind: str, max_len: int) -> Any:
 
 @torch.inference_mode()
 def run_crop(model: Model, plan: Any, keyword: str, reference: torch.Tensor, sequence: torch.Tensor) -> PathRecord:
-    """Prefill P+k tokens, ``crop(-k)``, decode tokens P… again; ``reference`` is the uncached [B, P+N, V]."""
+    """Prefill P+k tokens, ``crop(-k)``, decode tokens P… again; ``reference`` is the uncached logits at positions
+    P-1 … P+N-1 [B, N+1, V]."""
     prompt_length, total = plan.prompt_length, sequence.shape[1]
     k = min(CROP_TOKENS, total - prompt_length)
     cache = _fresh_cache(model, plan.cache, total)
     record_past(cache)  # as assisted decoding does (5.15+), so conv states can be rolled back too
-    output = model(input_ids=sequence[:, : prompt_length + k], use_cache=True, **{keyword: cache})
+    output = model(input_ids=sequence[:, : prompt_length + k], use_cache=True, **keep_logits(model, 1), **{keyword: cache})
     cache = returned_cache(output, cache)
     if not getattr(cache, "is_croppable", False):
         layers = sorted({type(layer).__name__ for layer in getattr(cache, "layers", []) if not getattr(layer, "is_croppable", False)})
@@ -56,8 +57,8 @@ def run_crop(model: Model, plan: Any, keyword: str, reference: torch.Tensor, seq
         cache = returned_cache(output, cache)
         cache.crop(0)  # assisted decoding crops after every forward: recording layers return to their working size
         lengths.append(seq_length(cache))
-        deltas.append(row_delta(output.logits[:, -1, :], reference[:, position, :]))
-    expected = reference[:, prompt_length:, :]
+        deltas.append(row_delta(output.logits[:, -1, :], reference[:, position - prompt_length + 1, :]))
+    expected = reference[:, 1:, :]
     scale = float(torch.nan_to_num(expected.float()).abs().max())
     description = f"a {prompt_length + k}-token prefill cropped back {k} tokens (crop(-{k})), then decoded again"
     return summarize("crop", deltas, scale, description, lengths, prompt_length, cache)

@@ -2,7 +2,8 @@
 
 Prefill P prompt tokens, decode N greedy steps feeding the returned cache back, and compare every
 step's cached logits with ONE uncached forward pass over the final sequence (causality makes its
-logits at position P-1+k the reference for step k). Tensors never leave this module.
+logits at position P-1+k the reference for step k). Passes whose logits are read at a few positions only
+ask for those (``logits_to_keep``, where the model takes it). Tensors never leave this module.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kvconform.probe.cache_io import (
     cache_layers,
     forward_keeping_cache,
     input_device,
+    keep_logits,
     make_prompt,
     new_cache,
     returned_cache,
@@ -175,7 +177,8 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
 
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
     start = time.perf_counter()
-    cache, output = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=prompt)
+    cache, output = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=prompt,
+                                          **keep_logits(model, 1))
     timings["prefill_s"] = time.perf_counter() - start
     cached_logits = [output.logits[:, -1, :]]
     lengths, layer_states = [seq_length(cache)], [snapshot_layers(cache)]
@@ -196,9 +199,10 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
 
     full = torch.cat(sequence, dim=1)
     start = time.perf_counter()
-    reference = model(input_ids=full, use_cache=False).logits
+    # The logits at positions P-1 … P+N-1 only: the reference of the prefill and of every decode step.
+    uncached_steps = model(input_ids=full, use_cache=False, **keep_logits(model, plan.decode_steps + 1)).logits
+    uncached_steps = reference_steps = uncached_steps[:, -(plan.decode_steps + 1) :, :]
     timings["reference_s"] = time.perf_counter() - start
-    reference_steps = reference[:, plan.prompt_length - 1 :, :]
     quantized, full_precision_delta = None, None
     if plan.cache == "quantized":  # judged against the fp8 design (fp8_design.py); full precision is a finding
         start = time.perf_counter()
@@ -234,6 +238,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     located = max(s.max_abs_delta for s in steps) > limit
     if located:
         start = time.perf_counter()
+        reference = model(input_ids=full, use_cache=False).logits  # every position: the prefix-stability guard reads them
         unstable = prefix_instability(model, full, reference, [plan.prompt_length, total - 1], limit)
         ties = topk_ties(lambda: model(input_ids=full, use_cache=False))
         pairs = pairs if pairs is not None else _kv_pairs(model, keyword, plan, cache, full)
@@ -246,9 +251,9 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         timings["locate_s"] = time.perf_counter() - start
 
     paths = {}
-    runs = {"prefix_reuse": lambda: run_prefix_reuse(model, plan, keyword, reference, full),
+    runs = {"prefix_reuse": lambda: run_prefix_reuse(model, plan, keyword, uncached_steps, full),
             "ragged": lambda: run_ragged(model, plan, keyword),
-            "crop": lambda: run_crop(model, plan, keyword, reference, full),
+            "crop": lambda: run_crop(model, plan, keyword, uncached_steps, full),
             "reorder": lambda: run_reorder(model, plan, keyword, full)}
     for name, run in runs.items():
         if getattr(plan, name):
@@ -337,7 +342,8 @@ def _replay_path(model: Model, dtype: str, name: str, run: Callable[[], PathReco
 
 def _decode_deltas(model: Model, keyword: str, plan: ProbePlan, full: torch.Tensor, reference_steps: torch.Tensor) -> list[float]:
     """The cell's prefill and decode fed ``full`` (the tokens the probe decoded): per step max |Δ| to ``reference_steps``."""
-    cache, output = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, full.shape[1]), input_ids=full[:, : plan.prompt_length])
+    cache, output = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, full.shape[1]), input_ids=full[:, : plan.prompt_length],
+                                          **keep_logits(model, 1))
     deltas = [_compare(output.logits[:, -1, :], reference_steps[:, 0, :])[0]]
     for step, position in enumerate(range(plan.prompt_length, full.shape[1]), start=1):
         output = model(input_ids=full[:, position : position + 1], use_cache=True, **{keyword: cache})
@@ -351,7 +357,7 @@ def _design_reference(model: Model, keyword: str, full: torch.Tensor, prompt_len
     """The same prefill and decode through the fp8 design on full-precision storage: its logits [B, N+1, V]
     and the real cache's stored values compared with the design's."""
     design = design_cache(model)
-    logits = [model(input_ids=full[:, :prompt_length], use_cache=True, **{keyword: design}).logits[:, -1, :]]
+    logits = [model(input_ids=full[:, :prompt_length], use_cache=True, **keep_logits(model, 1), **{keyword: design}).logits[:, -1, :]]
     for position in range(prompt_length, full.shape[1]):
         logits.append(model(input_ids=full[:, position : position + 1], use_cache=True, **{keyword: design}).logits[:, -1, :])
     return torch.stack(logits, dim=1), compare_with_design(cache, design)
@@ -372,11 +378,12 @@ def _kv_pairs(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: tor
     reference_cache = None
     if plan.cache == "dynamic":
         try:
-            reference_cache, _ = forward_keeping_cache(model, keyword, DynamicCache(), input_ids=full)
+            reference_cache, _ = forward_keeping_cache(model, keyword, DynamicCache(), input_ids=full, **keep_logits(model, 1))
         except Exception:  # noqa: BLE001 - e.g. linear-attention layers need their configured cache
             reference_cache = None
     if reference_cache is None:
-        reference_cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=full)
+        reference_cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=full,
+                                                   **keep_logits(model, 1))
     layers = cache_geometry(model.config).layers
     pairs: list[LayerPair] = []
     for index, (decoded, reference) in enumerate(zip(cache_layers(cache), cache_layers(reference_cache), strict=False)):

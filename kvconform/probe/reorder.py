@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
-from kvconform.probe.cache_io import forward_keeping_cache, new_cache, returned_cache, seq_length
+from kvconform.probe.cache_io import forward_keeping_cache, keep_logits, new_cache, returned_cache, seq_length
 from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
 
@@ -42,13 +42,15 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
     if batch < 2:
         raise PathNotApplicable(f"batch_size {batch}: reordering needs at least 2 rows")
     order = torch.roll(torch.arange(batch, device=sequence.device), 1)
-    cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prompt_length])
+    cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prompt_length],
+                                     **keep_logits(model, 1))
     by_hand = _rows_moved(copy.deepcopy(cache), order) if plan.cache == "quantized" else None
     cache.reorder_cache(order)
     reordered = sequence[order]
     logits, lengths, cache = _decode(model, keyword, cache, reordered[:, prompt_length:])
     if by_hand is None:
-        by_hand, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=reordered[:, :prompt_length])
+        by_hand, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=reordered[:, :prompt_length],
+                                           **keep_logits(model, 1))
     expected, _, _ = _decode(model, keyword, by_hand, reordered[:, prompt_length:])
     deltas = [row_delta(got, want) for got, want in zip(logits, expected, strict=False)]
     scale = max(float(torch.nan_to_num(want.float()).abs().max()) for want in expected)

@@ -17,7 +17,15 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import all_linear, cache_argument
-from kvconform.probe.cache_io import forward_keeping_cache, input_device, make_prompt, new_cache, returned_cache, seq_length
+from kvconform.probe.cache_io import (
+    forward_keeping_cache,
+    input_device,
+    keep_logits,
+    make_prompt,
+    new_cache,
+    returned_cache,
+    seq_length,
+)
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.ragged_rows import ragged_row_lengths
 from kvconform.probe.reference_health import TopkTies
@@ -128,7 +136,7 @@ def run_ragged(model: Model, plan: Any, keyword: str, feed: list[list[int]] | No
     def step(ids: torch.Tensor, attention: torch.Tensor, cache: Any, feed_mask: bool = True) -> tuple[Any, Any]:
         positions = {"position_ids": ((attention.cumsum(-1) - 1).clamp(min=0))[:, -ids.shape[1] :]} if use_positions else {}
         masks = {"attention_mask": _mask_as_generate_feeds(model, cache, ids, attention, positions)} if feed_mask else {}
-        return forward_keeping_cache(model, keyword, cache, input_ids=ids, **masks, **positions)
+        return forward_keeping_cache(model, keyword, cache, input_ids=ids, **masks, **positions, **keep_logits(model, 1))
 
     cache, output = step(padded, mask, new_cache(model, plan.cache, width + plan.decode_steps))
     logits, tokens = [output.logits[:, -1, :]], []
@@ -151,7 +159,8 @@ def run_ragged(model: Model, plan: Any, keyword: str, feed: list[list[int]] | No
         own = torch.cat([prompt[row : row + 1, width - length :], generated[row : row + 1]], dim=1)
         # The same position convention as the padded run (RoBERTa-style models otherwise start at padding_idx + 1).
         positions = {"position_ids": torch.arange(own.shape[1], device=device)[None]} if use_positions else {}
-        reference = model(input_ids=own, use_cache=False, **positions).logits[0, length - 1 :, :]
+        kept = own.shape[1] - length + 1  # positions length-1 … of this row's own pass
+        reference = model(input_ids=own, use_cache=False, **positions, **keep_logits(model, kept)).logits[0, -kept:, :]
         scale = max(scale, float(torch.nan_to_num(reference.float()).abs().max()))
         for k, cached in enumerate(logits):
             deltas[k][row] = row_delta(cached[row : row + 1], reference[k : k + 1])[0]
@@ -162,17 +171,19 @@ def run_ragged(model: Model, plan: Any, keyword: str, feed: list[list[int]] | No
 
 
 @torch.inference_mode()
-def run_prefix_reuse(model: Model, plan: Any, keyword: str, reference: torch.Tensor,
+def run_prefix_reuse(model: Model, plan: Any, keyword: str, expected: torch.Tensor,
                      sequence: torch.Tensor) -> PathRecord:
     """Prefill P-2 tokens, copy that cache, extend the copy by 2 tokens at once, then decode the same tokens.
 
-    ``sequence`` is the main probe's fed tokens (P + N) and ``reference`` its uncached logits [B, P+N, V].
+    ``sequence`` is the main probe's fed tokens (P + N) and ``expected`` its uncached logits at positions
+    P-1 … P+N-1 [B, N+1, V].
     """
     prompt_length = plan.prompt_length
     prefix = max(1, prompt_length - 2)
-    stored, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, sequence.shape[1]), input_ids=sequence[:, :prefix])
+    stored, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, sequence.shape[1]), input_ids=sequence[:, :prefix],
+                                      **keep_logits(model, 1))
     reused = copy.deepcopy(stored)
-    output = model(input_ids=sequence[:, prefix:prompt_length], use_cache=True, **{keyword: reused})
+    output = model(input_ids=sequence[:, prefix:prompt_length], use_cache=True, **keep_logits(model, 1), **{keyword: reused})
     logits = [output.logits[:, -1, :]]
     reused = returned_cache(output, reused)
     lengths = [seq_length(reused)]
@@ -181,7 +192,6 @@ def run_prefix_reuse(model: Model, plan: Any, keyword: str, reference: torch.Ten
         reused = returned_cache(output, reused)
         logits.append(output.logits[:, -1, :])
         lengths.append(seq_length(reused))
-    expected = reference[:, prompt_length - 1 :, :]
     deltas = [row_delta(cached, expected[:, step, :]) for step, cached in enumerate(logits)]
     scale = float(torch.nan_to_num(expected.float()).abs().max())
     description = f"a copied {prefix}-token prefix cache extended by {prompt_length - prefix} tokens at once, then decoded"
