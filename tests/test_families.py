@@ -133,16 +133,16 @@ def test_inputs_come_from_the_models_own_processor(family_model):
 
 def test_a_prefix_lm_decodes_its_suffix_causally(family_model):
     """PaliGemma: without token_type_ids the uncached pass attends bidirectionally and is not prefix-stable."""
-    from kvconform.families import vision_language
+    from kvconform.families import multimodal
 
     _, results = probe_and_check(family_model("paligemma"), VISION_LANGUAGE)
     assert results["parity"].passed and results["text_only"].passed
-    original = vision_language.prefix_lm_types
-    vision_language.prefix_lm_types = lambda: frozenset()
+    original = multimodal.prefix_lm_types
+    multimodal.prefix_lm_types = lambda: frozenset()
     try:
         _, unmarked = probe_and_check(family_model("paligemma"), VISION_LANGUAGE)
     finally:
-        vision_language.prefix_lm_types = original
+        multimodal.prefix_lm_types = original
     assert not unmarked["parity"].passed and "not prefix-stable" in unmarked["parity"].message
 
 
