@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kvconform.build.models import model_in_dtype
-from kvconform.families import SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
 from kvconform.families import checks as family_checks
 from kvconform.families.build import build_family, shrink_family_config
 from kvconform.families.probe import FamilyProbe, probe_family
@@ -16,7 +16,7 @@ from tests.conftest import TOLERANCES
 from tests.family_faults import planted
 
 MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE,
-          "blip-2": VISION_LANGUAGE, "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE}
+          "blip-2": VISION_LANGUAGE, "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE}
 
 
 @pytest.fixture(scope="session")
@@ -154,6 +154,27 @@ def test_language_model_positions_that_restart_after_the_image_are_caught_and_lo
     prompt = probe.record.plan.prompt_length
     assert f"layer 0, position {prompt}" in results["parity"].message, results["parity"].message
     assert results["growth"].passed and results["shapes"].passed
+
+
+def test_audio_features_come_from_the_models_own_feature_extractor(family_model):
+    """Qwen2-Audio: Whisper features of exactly the shrunk tower's 2 x 64 frames, one placeholder per tower feature."""
+    probe, results = probe_and_check(family_model("qwen2_audio"), AUDIO_LANGUAGE)
+    assert "WhisperFeatureExtractor(feature_size=128)" in probe.inputs, probe.inputs
+    assert "input_features [2, 128, 128], feature_attention_mask [2, 128]" in probe.inputs, probe.inputs
+    # Two convolutions (stride 1, 2) make 64 positions of 128 frames, pooled by 2: 32 audio tokens.
+    assert "32 audio tokens at positions 2-33 of a 38-token prompt" in probe.inputs, probe.inputs
+    assert results["growth"].measured.startswith("38→39") and probe.text_only is not None
+
+
+def test_positions_that_restart_after_the_audio_are_caught_and_located(family_model):
+    """Decode steps numbering positions as if the audio placeholders took none: caught at the first decoded position."""
+    with planted("positions_restart_after_audio"):
+        probe, results = probe_and_check(family_model("qwen2_audio"), AUDIO_LANGUAGE)
+    assert not results["parity"].passed
+    prompt = probe.record.plan.prompt_length
+    assert f"layer 0, position {prompt} (keys): keys differ while values agree" in results["parity"].message, results["parity"].message
+    assert results["text_only"].passed, "a text-only prompt has no audio to restart after"
+    assert results["growth"].passed and results["shapes"].passed and results["bytes"].passed
 
 
 def test_every_details_field_the_family_checks_write_is_documented(family_model):

@@ -46,6 +46,18 @@ def audio_token_id(config: Any) -> int:
     raise ValueError(f"{type(config).__name__} names no audio_token_id / audio_token_index")
 
 
+def _nested_int(values: dict[str, Any], names: tuple[str, ...]) -> int | None:
+    """The first of ``names`` set to an int in ``values``, else in its sub-configs (breadth first)."""
+    queue = [values]
+    while queue:
+        current = queue.pop(0)
+        found = next((current[n] for n in names if isinstance(current.get(n), int) and not isinstance(current[n], bool)), None)
+        if found is not None:
+            return int(found)
+        queue += [v for v in current.values() if isinstance(v, dict)]
+    return None
+
+
 def _sizing(cls: type, config: Any) -> tuple[dict[str, Any], dict[str, Any], str]:
     """(constructor overrides, window attributes, how the waveform was sized) for the shrunk tower of ``config``.
 
@@ -55,7 +67,7 @@ def _sizing(cls: type, config: Any) -> tuple[dict[str, Any], dict[str, Any], str
     tower = encoder_config(config)
     defaults = cls().to_dict()
     kwargs: dict[str, Any] = {}
-    width = next((getattr(tower, n) for n in WIDTH_FIELDS if isinstance(getattr(tower, n, None), int)), None)
+    width = _nested_int(tower.to_dict(), WIDTH_FIELDS)
     if width is not None and int(defaults.get("feature_size") or 1) > 1:  # mel features: as many bins as the tower reads
         kwargs["feature_size"] = int(width)
     rate = int(defaults["sampling_rate"])
@@ -71,6 +83,28 @@ def synthetic_waveforms(batch: int, samples: int, seed: int) -> list[np.ndarray]
     """``batch`` seeded-noise mono waveforms in [-0.5, 0.5) (float32)."""
     rng = np.random.default_rng(seed + 5)
     return [(rng.random(samples, dtype=np.float32) - 0.5) for _ in range(batch)]
+
+
+def _processor_frame_multiple(model_type: str) -> int:
+    """The frame multiple the model's processor pads the features to (its ``subsampling_factor`` default), else 1.
+
+    Nemotron 3.5 Transcribe's processor pads the spectrogram to whole audio tokens after its feature extractor
+    (``processing_nemotron3_5_transcribe.py:314``); the model rejects other lengths.
+    """
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES, processor_class_from_name
+
+    name = PROCESSOR_MAPPING_NAMES.get(model_type)
+    cls = processor_class_from_name(name) if name else None
+    factor = inspect.signature(cls.__init__).parameters.get("subsampling_factor") if cls is not None else None
+    return int(factor.default) if factor is not None and isinstance(factor.default, int) else 1
+
+
+def _pad_frames(out: Any, multiple: int) -> None:
+    """Features ``[B, frames, width]`` and their mask padded on the right to a multiple of ``multiple`` frames."""
+    padding = -out["input_features"].shape[1] % multiple
+    if padding:
+        out["input_features"] = torch.nn.functional.pad(out["input_features"], (0, 0, 0, padding))
+        out["attention_mask"] = torch.nn.functional.pad(out["attention_mask"], (0, padding))
 
 
 def _accepted(model: Model) -> set[str]:
@@ -106,6 +140,10 @@ def audio_inputs(model: Model, batch: int, seed: int) -> MediaInputs:
     samples = int(window.get("n_samples") or round(AUDIO_SECONDS * extractor.sampling_rate))
     waves = synthetic_waveforms(batch, samples, seed)
     out = extractor(waves, sampling_rate=extractor.sampling_rate, return_tensors="pt", return_attention_mask=True)
+    multiple = _processor_frame_multiple(config.model_type)
+    if multiple > 1:
+        _pad_frames(out, multiple)
+        sized += f", features padded to a multiple of {multiple} frames as its processor does"
     accepted = _accepted(model)
     mask = out.pop("attention_mask", None)
     rename = next((name for name in MASK_NAMES if name in accepted), None)
