@@ -27,7 +27,8 @@ MASK_NAMES = ("feature_attention_mask", "input_features_mask", "audio_attention_
 
 def feature_extractor_class(model_type: str) -> type:
     """The feature extractor class transformers maps for ``model_type`` (its import error if a library is missing)."""
-    from transformers.models.auto.feature_extraction_auto import FEATURE_EXTRACTOR_MAPPING_NAMES, feature_extractor_class_from_name
+    from transformers.models.auto.auto_mappings import FEATURE_EXTRACTOR_MAPPING_NAMES
+    from transformers.models.auto.feature_extraction_auto import feature_extractor_class_from_name
 
     name = FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type)
     if name is None:
@@ -91,7 +92,8 @@ def _processor_frame_multiple(model_type: str) -> int:
     Nemotron 3.5 Transcribe's processor pads the spectrogram to whole audio tokens after its feature extractor
     (``processing_nemotron3_5_transcribe.py:314``); the model rejects other lengths.
     """
-    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES, processor_class_from_name
+    from transformers.models.auto.auto_mappings import PROCESSOR_MAPPING_NAMES
+    from transformers.models.auto.processing_auto import processor_class_from_name
 
     name = PROCESSOR_MAPPING_NAMES.get(model_type)
     cls = processor_class_from_name(name) if name else None

@@ -127,7 +127,7 @@ def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, A
 def _audio_auto_class() -> Any:
     """An auto class over the audio-language types (transformers 5.24 spreads them over two encoder-decoder ones)."""
     from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.auto_mappings import CONFIG_MAPPING_NAMES
 
     return type("AutoModelForAudioTextToText", (_BaseAutoModelClass,),
                 {"_model_mapping": _LazyAutoMapping(CONFIG_MAPPING_NAMES, OrderedDict(audio_language_names()))})

@@ -15,7 +15,6 @@ from kvconform.families.inputs import image_inputs
 from kvconform.families.multimodal import probe_multimodal
 from kvconform.probe.decode import ProbePlan, ProbeRecord
 
-
 #: Per decoder-only multimodal family: (its media per row, the noun its placeholders are named by).
 MEDIA = {VISION_LANGUAGE: (image_inputs, "image"), AUDIO_LANGUAGE: (audio_inputs, "audio")}
 
