@@ -195,16 +195,19 @@ def test_every_details_field_the_family_checks_write_is_documented(family_model)
     assert set(details["properties"]["half"]["enum"]) == {half(SEQ2SEQ, "growth"), half(SEQ2SEQ, "cross_bytes")}
 
 
-def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model, tmp_path):
-    """``--model FOLDER`` of an encoder-decoder: the family comes from config.json, the probe from the family."""
+@pytest.mark.parametrize(("model_type", "cls"), [("whisper", "WhisperForConditionalGeneration"),
+                                                ("qwen2_audio", "Qwen2AudioForConditionalGeneration")])
+def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model, tmp_path, model_type, cls):
+    """``--model FOLDER``: the family comes from config.json (an encoder-decoder, a decoder-only audio-language
+    model), the auto class and the probe from the family."""
     from kvconform.build.models import load_master
     from kvconform.cli_models import spec_from_argument
     from kvconform.matrix import Settings
 
-    family_model("whisper").save_pretrained(tmp_path / "tiny-whisper")
-    spec = spec_from_argument(str(tmp_path / "tiny-whisper"), Settings())
-    assert spec.family == SPEECH_SEQ2SEQ
+    family_model(model_type).save_pretrained(tmp_path / f"tiny-{model_type}")
+    spec = spec_from_argument(str(tmp_path / f"tiny-{model_type}"), Settings())
+    assert spec.family == MODELS[model_type]
     loaded = load_master(spec)
-    assert type(loaded).__name__ == "WhisperForConditionalGeneration"
+    assert type(loaded).__name__ == cls
     _, results = probe_and_check(loaded, spec.family)
     assert all(r.passed for r in results.values()), {n: r.message for n, r in results.items() if not r.passed}
