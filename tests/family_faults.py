@@ -8,11 +8,14 @@
   after the image continue from the token count instead of the image's last position;
 - ``positions_restart_after_image``: decode steps of a multimodal-rotary model restart their positions at 0;
 - ``lm_positions_restart_after_image``: the OPT language model inside BLIP-2, prefilled with the merged image
-  and prompt embeddings, restarts its decode steps' learned positions at 0 (as if only ids counted).
+  and prompt embeddings, restarts its decode steps' learned positions at 0 (as if only ids counted);
+- ``positions_restart_after_audio``: Qwen2-Audio's decode steps number their positions as if the audio
+  placeholders took none (the count of text tokens only), so every position after the audio is shifted back.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -20,6 +23,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import EncoderDecoderCache
 from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
+from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioForConditionalGeneration
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 
 from tests.faults import Patch, patched
@@ -89,12 +93,30 @@ def _lm_positions_restart() -> list[Patch]:
     return [(OPTLearnedPositionalEmbedding, "forward", forward)]
 
 
+def _audio_positions_restart() -> list[Patch]:
+    original = Qwen2AudioForConditionalGeneration.forward
+    audio_tokens = {"count": 0}
+
+    @functools.wraps(original)  # its signature, which the cell reads to name the feature inputs
+    def forward(self: Any, input_ids: Any = None, *args: Any, cache: Any = None, **kwargs: Any) -> Any:
+        length = cache.get_seq_length() if cache is not None else 0
+        if input_ids is not None and length == 0:  # a prefill: remember how many audio placeholders it held
+            audio_tokens["count"] = int((input_ids[0] == self.config.audio_token_id).sum())
+        elif input_ids is not None and kwargs.get("position_ids") is None:  # a decode step: the audio counted no positions
+            start = length - audio_tokens["count"]
+            kwargs["position_ids"] = torch.arange(start, start + input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
+        return original(self, input_ids, *args, cache=cache, **kwargs)
+
+    return [(Qwen2AudioForConditionalGeneration, "forward", forward)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_grows": lambda: _cross_cache_patch(short=False),
     "cross_recomputed_short": lambda: _cross_cache_patch(short=True),
     "mrope_deltas_dropped": lambda: _decode_positions(_without_deltas),
     "positions_restart_after_image": lambda: _decode_positions(_restarted),
     "lm_positions_restart_after_image": _lm_positions_restart,
+    "positions_restart_after_audio": _audio_positions_restart,
 }
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kvconform.build.models import model_in_dtype
-from kvconform.families import SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
 from kvconform.families import checks as family_checks
 from kvconform.families.build import build_family, shrink_family_config
 from kvconform.families.probe import FamilyProbe, probe_family
@@ -16,7 +16,7 @@ from tests.conftest import TOLERANCES
 from tests.family_faults import planted
 
 MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE,
-          "blip-2": VISION_LANGUAGE, "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE}
+          "blip-2": VISION_LANGUAGE, "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE}
 
 
 @pytest.fixture(scope="session")
@@ -133,16 +133,16 @@ def test_inputs_come_from_the_models_own_processor(family_model):
 
 def test_a_prefix_lm_decodes_its_suffix_causally(family_model):
     """PaliGemma: without token_type_ids the uncached pass attends bidirectionally and is not prefix-stable."""
-    from kvconform.families import vision_language
+    from kvconform.families import multimodal
 
     _, results = probe_and_check(family_model("paligemma"), VISION_LANGUAGE)
     assert results["parity"].passed and results["text_only"].passed
-    original = vision_language.prefix_lm_types
-    vision_language.prefix_lm_types = lambda: frozenset()
+    original = multimodal.prefix_lm_types
+    multimodal.prefix_lm_types = lambda: frozenset()
     try:
         _, unmarked = probe_and_check(family_model("paligemma"), VISION_LANGUAGE)
     finally:
-        vision_language.prefix_lm_types = original
+        multimodal.prefix_lm_types = original
     assert not unmarked["parity"].passed and "not prefix-stable" in unmarked["parity"].message
 
 
@@ -154,6 +154,27 @@ def test_language_model_positions_that_restart_after_the_image_are_caught_and_lo
     prompt = probe.record.plan.prompt_length
     assert f"layer 0, position {prompt}" in results["parity"].message, results["parity"].message
     assert results["growth"].passed and results["shapes"].passed
+
+
+def test_audio_features_come_from_the_models_own_feature_extractor(family_model):
+    """Qwen2-Audio: Whisper features of exactly the shrunk tower's 2 x 64 frames, one placeholder per tower feature."""
+    probe, results = probe_and_check(family_model("qwen2_audio"), AUDIO_LANGUAGE)
+    assert "WhisperFeatureExtractor(feature_size=128)" in probe.inputs, probe.inputs
+    assert "input_features [2, 128, 128], feature_attention_mask [2, 128]" in probe.inputs, probe.inputs
+    # Two convolutions (stride 1, 2) make 64 positions of 128 frames, pooled by 2: 32 audio tokens.
+    assert "32 audio tokens at positions 2-33 of a 38-token prompt" in probe.inputs, probe.inputs
+    assert results["growth"].measured.startswith("38→39") and probe.text_only is not None
+
+
+def test_positions_that_restart_after_the_audio_are_caught_and_located(family_model):
+    """Decode steps numbering positions as if the audio placeholders took none: caught at the first decoded position."""
+    with planted("positions_restart_after_audio"):
+        probe, results = probe_and_check(family_model("qwen2_audio"), AUDIO_LANGUAGE)
+    assert not results["parity"].passed
+    prompt = probe.record.plan.prompt_length
+    assert f"layer 0, position {prompt} (keys): keys differ while values agree" in results["parity"].message, results["parity"].message
+    assert results["text_only"].passed, "a text-only prompt has no audio to restart after"
+    assert results["growth"].passed and results["shapes"].passed and results["bytes"].passed
 
 
 def test_every_details_field_the_family_checks_write_is_documented(family_model):
@@ -174,16 +195,19 @@ def test_every_details_field_the_family_checks_write_is_documented(family_model)
     assert set(details["properties"]["half"]["enum"]) == {half(SEQ2SEQ, "growth"), half(SEQ2SEQ, "cross_bytes")}
 
 
-def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model, tmp_path):
-    """``--model FOLDER`` of an encoder-decoder: the family comes from config.json, the probe from the family."""
+@pytest.mark.parametrize(("model_type", "cls"), [("whisper", "WhisperForConditionalGeneration"),
+                                                ("qwen2_audio", "Qwen2AudioForConditionalGeneration")])
+def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model, tmp_path, model_type, cls):
+    """``--model FOLDER``: the family comes from config.json (an encoder-decoder, a decoder-only audio-language
+    model), the auto class and the probe from the family."""
     from kvconform.build.models import load_master
     from kvconform.cli_models import spec_from_argument
     from kvconform.matrix import Settings
 
-    family_model("whisper").save_pretrained(tmp_path / "tiny-whisper")
-    spec = spec_from_argument(str(tmp_path / "tiny-whisper"), Settings())
-    assert spec.family == SPEECH_SEQ2SEQ
+    family_model(model_type).save_pretrained(tmp_path / f"tiny-{model_type}")
+    spec = spec_from_argument(str(tmp_path / f"tiny-{model_type}"), Settings())
+    assert spec.family == MODELS[model_type]
     loaded = load_master(spec)
-    assert type(loaded).__name__ == "WhisperForConditionalGeneration"
+    assert type(loaded).__name__ == cls
     _, results = probe_and_check(loaded, spec.family)
     assert all(r.passed for r in results.values()), {n: r.message for n, r in results.items() if not r.passed}

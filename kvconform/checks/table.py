@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvconform.families import CAUSAL_LM, ENCODER_DECODER, FAMILIES, VISION_LANGUAGE
+from kvconform.families import CAUSAL_LM, ENCODER_DECODER, FAMILIES, MULTIMODAL
 
 if TYPE_CHECKING:  # matrix.py reads the table to validate known-failure keys
     from kvconform.matrix import Settings
@@ -94,7 +94,7 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("cross_bytes", "cross-attention K/V bytes equal the formula with S = encoder length", families=ENCODER_DECODER),
     CheckInfo("encoder_once", "the encoder runs once; the cross K/V written at the prefill are read at every step",
               families=ENCODER_DECODER),
-    CheckInfo("text_only", "a text-only prompt on a vision-language model: parity and growth", families=(VISION_LANGUAGE,)),
+    CheckInfo("text_only", "a text-only prompt on a vision- or audio-language model: parity and growth", families=MULTIMODAL),
 )
 CHECKS: dict[str, CheckInfo] = {check.name: check for check in CHECK_TABLE}
 CHECK_ORDER: tuple[str, ...] = tuple(CHECKS)

@@ -8,7 +8,9 @@ image tokens, and T5-style ``d_kv`` and multimodal rotary sections follow the sh
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 import torch
@@ -16,8 +18,8 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from kvconform.build.synthetic import SIZES, break_zero_init, merge_overrides, shrink_values
-from kvconform.families import CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
-from kvconform.families.registry import family_model_types, family_overrides
+from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families.registry import audio_language_names, family_model_types, family_overrides
 
 #: Tower sizes, applied to every (sub-)config field of that name whose default is a positive int.
 TOWER_SIZES = {
@@ -121,10 +123,22 @@ def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, A
     return AutoConfig.for_model(model_type, **values)
 
 
+@cache
+def _audio_auto_class() -> Any:
+    """An auto class over the audio-language types (transformers 5.24 spreads them over two encoder-decoder ones)."""
+    from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
+    from transformers.models.auto.auto_mappings import CONFIG_MAPPING_NAMES
+
+    return type("AutoModelForAudioTextToText", (_BaseAutoModelClass,),
+                {"_model_mapping": _LazyAutoMapping(CONFIG_MAPPING_NAMES, OrderedDict(audio_language_names()))})
+
+
 def auto_class(family: str) -> Any:
     """The auto class users load a checkpoint of ``family`` with."""
     import transformers
 
+    if family == AUDIO_LANGUAGE:
+        return _audio_auto_class()
     return {
         CAUSAL_LM: transformers.AutoModelForCausalLM,
         VISION_LANGUAGE: transformers.AutoModelForImageTextToText,

@@ -54,12 +54,12 @@ def _accepts(model: Model, name: str) -> bool:
 
 
 @dataclass
-class ImageInputs:
-    """Pixel inputs for one image per row, the placeholder id and how many placeholders each row needs."""
+class MediaInputs:
+    """Inputs for one image or waveform per row, the placeholder id and how many placeholders each row needs."""
 
     tensors: dict[str, torch.Tensor]
     token_id: int
-    tokens_per_image: int
+    tokens_per_row: int
     recipe: str
 
     def for_sequence(self, model: Model, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -98,7 +98,7 @@ def _first(config: Any, *names: str) -> Any:
     return next((getattr(config, n) for n in names if getattr(config, n, None) is not None), None)
 
 
-def image_inputs(model: Model, batch: int, seed: int) -> ImageInputs:
+def image_inputs(model: Model, batch: int, seed: int) -> MediaInputs:
     """One synthetic image per row as the model's image processor makes it (else shaped from the config),
     and its number of image tokens (the features the tower makes of it)."""
     device = next(p.device for p in model.parameters())
@@ -107,7 +107,7 @@ def image_inputs(model: Model, batch: int, seed: int) -> ImageInputs:
     except NoImageProcessor as exc:
         return _config_shaped(model, batch, seed, f"no image processor ({exc}): ")
     tensors = {k: v.to(device) for k, v in {**tensors, **_query_text(model, batch, seed)}.items()}
-    return ImageInputs(tensors, image_token_id(model.config), count_image_features(model, tensors) // batch, recipe)
+    return MediaInputs(tensors, image_token_id(model.config), count_features(model, tensors) // batch, recipe)
 
 
 #: Tokens of the instruction InstructBLIP's processor also gives its Q-Former (``qformer_input_ids``).
@@ -123,7 +123,7 @@ def _query_text(model: Model, batch: int, seed: int) -> dict[str, torch.Tensor]:
     return {"qformer_input_ids": ids, "qformer_attention_mask": torch.ones_like(ids)}
 
 
-def _config_shaped(model: Model, batch: int, seed: int, why: str) -> ImageInputs:
+def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs:
     """Pixels in the layout the forward asks for, shaped from the config alone."""
     config = model.config
     vision = _vision_config(config)
@@ -147,22 +147,22 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> ImageInputs
     device = next(p.device for p in model.parameters())
     tensors = {k: v.to(device) for k, v in tensors.items()}
     try:
-        count = count_image_features(model, tensors)
+        count = count_features(model, tensors)
     except Exception:
         if "image_grid_thw" in tensors or not _accepts(model, "image_sizes"):
             raise
         # Towers of any size (Pixtral) need each image's size; others reject the argument.
         tensors["image_sizes"] = torch.tensor([list(tensors["pixel_values"].shape[-2:])] * batch, device=device)
-        count = count_image_features(model, tensors)
+        count = count_features(model, tensors)
         recipe += " with image_sizes"
-    return ImageInputs(tensors, image_token_id(config), count // batch, why + recipe)
+    return MediaInputs(tensors, image_token_id(config), count // batch, why + recipe)
 
 
-def count_image_features(model: Model, tensors: dict[str, torch.Tensor]) -> int:
-    """How many feature vectors the tower makes of ``tensors`` in all (one image token each)."""
-    getter = getattr(model, "get_image_features", None) or model.model.get_image_features
+def count_features(model: Model, tensors: dict[str, torch.Tensor], getter_name: str = "get_image_features") -> int:
+    """How many feature vectors the tower makes of ``tensors`` in all (one image or audio token each)."""
+    getter = getattr(model, getter_name, None) or getattr(model.model, getter_name)
     names = _named(getter)
-    inner = getattr(getattr(model, "model", None), "get_image_features", None)
+    inner = getattr(getattr(model, "model", None), getter_name, None)
     if inner is not None and "kwargs" in inspect.signature(getter).parameters:
         names |= _named(inner)  # a forwarder passes **kwargs on to the inner model's (image_merge_sizes)
     output = getter(**{k: v for k, v in tensors.items() if k in names})

@@ -6,12 +6,17 @@ from dataclasses import dataclass, replace
 
 from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.build.models import Model
-from kvconform.families import CROSS_HALF, ENCODER_DECODER, VISION_LANGUAGE
+from kvconform.families import AUDIO_LANGUAGE, CROSS_HALF, ENCODER_DECODER, VISION_LANGUAGE
+from kvconform.families.audio import audio_inputs
 from kvconform.families.decode import FamilyRun
 from kvconform.families.encoder_decoder import probe_encoder_decoder
 from kvconform.families.geometry import cross_attention_geometry, self_attention_geometry
-from kvconform.families.vision_language import probe_vision_language
+from kvconform.families.inputs import image_inputs
+from kvconform.families.multimodal import probe_multimodal
 from kvconform.probe.decode import ProbePlan, ProbeRecord
+
+#: Per decoder-only multimodal family: (its media per row, the noun its placeholders are named by).
+MEDIA = {VISION_LANGUAGE: (image_inputs, "image"), AUDIO_LANGUAGE: (audio_inputs, "audio")}
 
 
 @dataclass
@@ -47,12 +52,13 @@ def _half_record(run: FamilyRun, name: str) -> ProbeRecord:
 
 
 def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
-    """Probe ``model`` as a cell of ``family`` (vision-language or encoder-decoder)."""
+    """Probe ``model`` as a cell of ``family`` (vision- or audio-language, or encoder-decoder)."""
     config = model.config
-    if family == VISION_LANGUAGE:
-        with_image, text_only, recipe = probe_vision_language(model, plan)
+    if family in MEDIA:
+        make, noun = MEDIA[family]
+        with_media, text_only, recipe = probe_multimodal(model, plan, make, noun)
         explanation = f"{explain(config)}; inputs: {recipe}"
-        return FamilyProbe(with_image.record, cache_geometry(config), explanation, recipe, text_only=text_only.record)
+        return FamilyProbe(with_media.record, cache_geometry(config), explanation, recipe, text_only=text_only.record)
     if family in ENCODER_DECODER:
         result = probe_encoder_decoder(model, plan)
         geometry, explanation = self_attention_geometry(config)

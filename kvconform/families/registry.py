@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from kvconform.families import CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
 
 
 @lru_cache(maxsize=1)
@@ -32,12 +32,28 @@ def prefix_lm_types() -> frozenset[str]:
 def _mapping(family: str) -> Mapping[str, str]:
     from transformers.models.auto import modeling_auto as auto
 
+    if family == AUDIO_LANGUAGE:
+        return audio_language_names()
     return {
         CAUSAL_LM: auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         VISION_LANGUAGE: auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
         SEQ2SEQ: auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
         SPEECH_SEQ2SEQ: auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES,
     }[family]
+
+
+@cache
+def audio_language_names() -> dict[str, str]:
+    """Decoder-only audio-language models (model type -> class) of the seq2seq and speech-seq2seq mappings.
+
+    transformers 5.24 has no audio-text-to-text auto mapping: models that decode text with a causal LM over
+    audio features (Qwen2-Audio, Voxtral, Granite Speech, ...) are listed under the encoder-decoder auto classes
+    although their config is not an encoder-decoder's.
+    """
+    from transformers.models.auto import modeling_auto as auto
+
+    names = {**auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES, **auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES}
+    return {t: c for t, c in sorted(names.items()) if _is_encoder_decoder(t) is False}
 
 
 def family_model_types(family: str) -> list[str]:
@@ -68,9 +84,11 @@ def _structural_reason(family: str, model_type: str) -> str | None:
                     "and text is decoded with a cross-attention cache; the vision-language cell drives decoder-only "
                     "models, and the seq2seq driver feeds its encoder text or speech, not images (not built yet)")
         return None
+    if family == AUDIO_LANGUAGE:
+        return None
     if _is_encoder_decoder(model_type) is False:
         return ("decoder-only (config.is_encoder_decoder is False): an audio-language model with no cross-attention "
-                "cache, outside the encoder-decoder sweeps")
+                "cache; the audio-text-to-text sweep runs it")
     if family == SPEECH_SEQ2SEQ and model_type in seq2seq:
         return "also in the seq2seq mapping: the seq2seq sweep runs it"
     return None
@@ -96,4 +114,6 @@ def family_of_config(config: Mapping[str, Any]) -> str:
         return SPEECH_SEQ2SEQ if model_type in _mapping(SPEECH_SEQ2SEQ) and model_type not in _mapping(SEQ2SEQ) else SEQ2SEQ
     if model_type in _mapping(VISION_LANGUAGE) and model_type not in _mapping(CAUSAL_LM):
         return VISION_LANGUAGE
+    if model_type in audio_language_names():
+        return AUDIO_LANGUAGE
     return CAUSAL_LM

@@ -1,8 +1,10 @@
-"""Vision-language cells: a prompt with image tokens and synthetic pixels, then text decode steps.
+"""Vision- and audio-language cells: a prompt with media placeholders and the media, then text decode steps.
 
-The reference is ONE uncached pass over the whole sequence with the same image, so positions that
-drift after the image (multimodal rotary ``rope_deltas``) show up as parity failures, located by
-layer and position. A text-only prompt on the same model is the second record.
+The media is an image (``inputs.image_inputs``) or a waveform's features (``audio.audio_inputs``), as the
+model's own processor makes them. The reference is ONE uncached pass over the whole sequence with the same
+media, so positions that drift after it (multimodal rotary ``rope_deltas``, positions restarting after the
+audio) show up as parity failures, located by layer and position. A text-only prompt on the same model is
+the second record.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from transformers import DynamicCache
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.families.decode import Driver, FamilyRun, drive
-from kvconform.families.inputs import ImageInputs, image_inputs, image_token_id, special_token_ids, text_ids
+from kvconform.families.inputs import MediaInputs, special_token_ids, text_ids
 from kvconform.families.registry import prefix_lm_types
 from kvconform.probe.cache_io import new_cache
 from kvconform.probe.decode import ProbePlan
 
-#: Text tokens before the image; the rest of the prompt follows it.
-TEXT_BEFORE_IMAGE = 2
+#: Text tokens before the media; the rest of the prompt follows it.
+TEXT_BEFORE_MEDIA = 2
 
 
 def _segments(model: Model, prompt_length: int) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
@@ -65,7 +67,7 @@ def inner_language_model(model: Model) -> Model | None:
     return None
 
 
-def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: ImageInputs | None,
+def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: MediaInputs | None,
             forbidden: set[int]) -> Driver:
     inner = inner_language_model(model)
     decoder = inner if inner is not None else model
@@ -99,19 +101,23 @@ def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: ImageInp
     )
 
 
-def probe_vision_language(model: Model, plan: ProbePlan) -> tuple[FamilyRun, FamilyRun, str]:
-    """(run with an image, text-only run, how the image was made); the image run's plan counts image tokens."""
-    forbidden = special_token_ids(model.config) | {image_token_id(model.config)}
+def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int, int], MediaInputs],
+                     noun: str) -> tuple[FamilyRun, FamilyRun, str]:
+    """(run with the media, text-only run, how the media was made); the media run's plan counts its placeholders.
+
+    ``media(model, batch, seed)`` makes one image or waveform per row; ``noun`` names it in the recipe.
+    """
+    probe = media(model, plan.batch_size, plan.seed)  # before the text: its placeholder id is no text id
+    forbidden = special_token_ids(model.config) | {probe.token_id}
     vocab = model.config.get_text_config(decoder=True).vocab_size
     device = next(p.device for p in model.parameters())
     text = text_ids(plan.batch_size, plan.prompt_length, plan.seed, vocab, forbidden).to(device)
-    # Text only first: nothing the image run leaves on the model (rope_deltas) can reach it.
+    # Text only first: nothing the media run leaves on the model (rope_deltas) can reach it.
     text_only = drive(model, plan, _driver(model, plan, text, None, forbidden))
-    image = image_inputs(model, plan.batch_size, plan.seed)
-    placeholders = torch.full((plan.batch_size, image.tokens_per_image), image.token_id, device=device)
-    prompt = torch.cat([text[:, :TEXT_BEFORE_IMAGE], placeholders, text[:, TEXT_BEFORE_IMAGE:]], dim=1)
-    image_plan = replace(plan, prompt_length=prompt.shape[1])
-    with_image = drive(model, image_plan, _driver(model, image_plan, prompt, image, forbidden))
-    recipe = (f"{image.recipe}, {image.tokens_per_image} image tokens at positions "
-              f"{TEXT_BEFORE_IMAGE}-{TEXT_BEFORE_IMAGE + image.tokens_per_image - 1} of a {prompt.shape[1]}-token prompt")
-    return with_image, text_only, recipe
+    placeholders = torch.full((plan.batch_size, probe.tokens_per_row), probe.token_id, device=device)
+    prompt = torch.cat([text[:, :TEXT_BEFORE_MEDIA], placeholders, text[:, TEXT_BEFORE_MEDIA:]], dim=1)
+    media_plan = replace(plan, prompt_length=prompt.shape[1])
+    with_media = drive(model, media_plan, _driver(model, media_plan, prompt, probe, forbidden))
+    recipe = (f"{probe.recipe}, {probe.tokens_per_row} {noun} tokens at positions "
+              f"{TEXT_BEFORE_MEDIA}-{TEXT_BEFORE_MEDIA + probe.tokens_per_row - 1} of a {prompt.shape[1]}-token prompt")
+    return with_media, text_only, recipe
