@@ -294,6 +294,17 @@ def test_the_rerun_command_of_a_model_run_names_the_model(doc: dict[str, Any]) -
     assert "--dtype" not in text.split("- re-run:")[1].splitlines()[0]
 
 
+def test_the_rerun_command_of_an_installed_run_is_the_kvconform_command(doc: dict[str, Any]) -> None:
+    """From the installed package pytest names the suite file by its bare name, which is no path in the user's
+    folder: the re-run commands are ``kvconform -k`` (one test: its function and cell), with the run's --model."""
+    results = [{**r, "nodeid": r["nodeid"].removeprefix("suites/")} if r.get("nodeid") else r for r in doc["results"]]
+    doc = {**doc, "results": results, "plan": {**(doc.get("plan") or {}), "selection": ["--model ./ckpt"]}}
+    text = render_markdown(doc)
+    assert "- re-run: `kvconform -k 'test_parity and tiny-gpt2[float32-cpu-dynamic]' --model ./ckpt`" in text
+    assert "- re-run: `kvconform -k 'broken[float32-cpu-dynamic]' --model ./ckpt`" in text
+    assert "python -m pytest" not in text
+
+
 def test_markdown_groups_known_failures_by_model_with_reason_and_kind(doc: dict[str, Any]) -> None:
     text = render_markdown(doc)
     evidence = BAMBA_REASON.removeprefix("model bug: ")  # the kind has its own column

@@ -316,11 +316,24 @@ def _cell_options(doc: Doc) -> str:
                    if option.startswith("--model "))
 
 
+#: The suite files the package ships (``kvconform.suites``).
+SHIPPED_SUITES = ("test_conformance.py", "test_families.py")
+
+
 def _rerun(results: list[dict[str, Any]], options: str = "") -> str:
-    """A command that re-runs ``results`` (one test by node id, or one cell's tests by ``-k``) with ``options``."""
+    """A command that re-runs ``results`` (one test by node id, or one cell's tests by ``-k``) with ``options``.
+
+    pytest names a test file outside the rootdir by its bare file name: a shipped suite file so named ran from the
+    installed package (``kvconform ...`` in the user's folder), where that node id is no path, so the command is
+    ``kvconform -k``."""
     nodeid = results[0].get("nodeid", "")
     if not nodeid:
         return ""
+    path, _, name = nodeid.partition("::")
+    if path in SHIPPED_SUITES:
+        test = name.split("[", 1)[0]
+        select = f"{test} and {results[0]['cell_id']}" if len(results) == 1 else results[0]["cell_id"]
+        return f"kvconform -k '{select}'{options}"
     if len(results) == 1:
         return f"python -m pytest '{nodeid}'{options}"
     return f"python -m pytest {nodeid.split('::')[0]} -k '{results[0]['cell_id']}'{options}"
