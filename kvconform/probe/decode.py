@@ -199,9 +199,11 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
 
     full = torch.cat(sequence, dim=1)
     start = time.perf_counter()
-    # The logits at positions P-1 … P+N-1 only: the reference of the prefill and of every decode step.
-    uncached_steps = model(input_ids=full, use_cache=False, **keep_logits(model, plan.decode_steps + 1)).logits
-    uncached_steps = reference_steps = uncached_steps[:, -(plan.decode_steps + 1) :, :]
+    # The logits at positions P-1 … P+N-1 only: the reference of the prefill and of every decode step; the window
+    # crossings, whose prompts are shorter, read every position.
+    kept = full.shape[1] if plan.window else plan.decode_steps + 1
+    uncached = model(input_ids=full, use_cache=False, **keep_logits(model, kept)).logits
+    uncached_steps = reference_steps = uncached[:, -(plan.decode_steps + 1) :, :]
     timings["reference_s"] = time.perf_counter() - start
     quantized, full_precision_delta = None, None
     if plan.cache == "quantized":  # judged against the fp8 design (fp8_design.py); full precision is a finding
@@ -272,7 +274,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     window = None
     if plan.window:
         start = time.perf_counter()
-        window = _window(model, plan, keyword, reference, full)
+        window = _window(model, plan, keyword, uncached, full)
         timings["window_s"] = time.perf_counter() - start
 
     generate = None
