@@ -3,6 +3,7 @@
 
     python tools/bench.py                  # overhead + scaling + loads (a few minutes on 2 cores)
     python tools/bench.py --matrix-runs    # also the default matrix with -n auto and -n 0 (long)
+    python tools/bench.py --gemma          # also Gemma 3 270M: its cold dequantization, warm load and cells
 
 The last line is ``overhead=<ratio> scaling=<ratio>``: the suite's time for the real SmolLM2 float32
 cell over the time of the forward passes its checks need, and the per-step probe time at N=128 over
@@ -16,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from tabulate import tabulate  # noqa: E402
 from kvconform.build.architecture_table import load_architecture_table  # noqa: E402
 from kvconform.build.models import load_master  # noqa: E402
 from kvconform.build.synthetic import causal_lm_model_types  # noqa: E402
+from kvconform.cache_root import CACHE_DIR_ENV  # noqa: E402
 from kvconform.cells import Cell  # noqa: E402
 from kvconform.checks import record_checks as checks  # noqa: E402
 from kvconform.environment import cpu_description  # noqa: E402
@@ -145,10 +148,43 @@ def matrix_run(workers: str, report_dir: Path) -> dict[str, Any]:
     return {"workers": workers, "wall_s": wall, "largest_process_peak_rss_mib": peak_kib / 1024, "result": summary}
 
 
+#: Loads the default matrix's Gemma 3 270M (joining its parts and dequantizing where the cache has no copy).
+_LOAD_GEMMA = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from tools.bench import default_matrix; "
+    "from kvconform.build.models import load_master; "
+    "load_master(next(m for m in default_matrix().models if m.id == 'gemma3-270m'))"
+)
+
+#: The Gemma cells timed: the short entry in the two dtypes users run, and the entries that cross its real window.
+GEMMA_CELLS = (("gemma3-270m", "float32"), ("gemma3-270m", "bfloat16"), ("gemma3-270m-window", "bfloat16"),
+               ("gemma3-270m-long", "float32"))
+
+
+def gemma_costs(matrix: Any) -> dict[str, Any]:
+    """Gemma 3 270M: the first dequantization on a machine (into an empty cache folder: wall time and peak RSS), a
+    warm load from the cache, and each timed cell's suite time (probe + checks, dynamic cache, one repeat)."""
+    with tempfile.TemporaryDirectory() as empty:
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-c", _PEAK_WRAPPER, sys.executable, "-c", _LOAD_GEMMA, str(ROOT)], cwd=ROOT,
+                              capture_output=True, text=True, env={**os.environ, CACHE_DIR_ENV: empty})
+        cold_s = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"loading gemma3-270m into an empty cache failed: {done.stderr[-2000:]}")
+    peak_kib = int(done.stdout.strip().splitlines()[-1].split()[-1])
+    specs = {m.id: m for m in matrix.models}
+    start = time.perf_counter()
+    load_master(specs["gemma3-270m"])
+    warm_s = time.perf_counter() - start
+    cells = [cell_overhead(Cell(specs[name], dtype, "cpu", "dynamic"), 1) for name, dtype in GEMMA_CELLS]
+    return {"cold_dequantize_s": cold_s, "cold_peak_rss_mib": peak_kib / 1024, "warm_load_s": warm_s,
+            "cells": [{"cell": c["cell"], "suite_s": c["suite_s"], "ratio": c["ratio"]} for c in cells]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="Timed repeats per cell (best is kept)")
     parser.add_argument("--matrix-runs", action="store_true", help="Also time the default matrix with -n auto and -n 0")
+    parser.add_argument("--gemma", action="store_true", help="Also time Gemma 3 270M: cold dequantization, warm load, cells")
     parser.add_argument("--json", type=Path, help="Also write the figures to this JSON file")
     args = parser.parse_args()
 
@@ -167,6 +203,11 @@ def main() -> int:
     print()
     print(tabulate([{k: (f"{v:.3f}" if isinstance(v, float) else v) for k, v in row.items()} for row in figures["scaling"]],
                    headers="keys", tablefmt="github"))
+    if args.gemma:
+        figures["gemma"] = gemma_costs(matrix)
+        print()
+        print(tabulate([{k: v for k, v in figures["gemma"].items() if k != "cells"}], headers="keys", tablefmt="github", floatfmt=".1f"))
+        print(tabulate(figures["gemma"]["cells"], headers="keys", tablefmt="github", floatfmt=".2f"))
     if args.matrix_runs:
         figures["matrix"] = [matrix_run(w, Path(f"/tmp/kvconform-bench-{w}")) for w in ("auto", "0")]
         print()
