@@ -236,9 +236,10 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         timings["kv_parity_s"] = time.perf_counter() - start
     limit = plan.locate_tolerance.limit(logit_scale) if plan.locate_tolerance is not None else float("inf")
     located = max(s.max_abs_delta for s in steps) > limit
+    reference = None  # every position's uncached logits: the prefix-stability guard and the window crossings read them
     if located:
         start = time.perf_counter()
-        reference = model(input_ids=full, use_cache=False).logits  # every position: the prefix-stability guard reads them
+        reference = model(input_ids=full, use_cache=False).logits
         unstable = prefix_instability(model, full, reference, [plan.prompt_length, total - 1], limit)
         ties = topk_ties(lambda: model(input_ids=full, use_cache=False))
         pairs = pairs if pairs is not None else _kv_pairs(model, keyword, plan, cache, full)
@@ -272,6 +273,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     window = None
     if plan.window:
         start = time.perf_counter()
+        reference = reference if reference is not None else model(input_ids=full, use_cache=False).logits
         window = _window(model, plan, keyword, reference, full)
         timings["window_s"] = time.perf_counter() - start
 
