@@ -54,3 +54,19 @@ def test_forward_without_cache_position_is_left_alone() -> None:
     model = _Attention()
     assert not feed_cache_position(model)
     assert not model._forward_pre_hooks and not model._forward_hooks
+
+
+def test_a_copied_cache_keeps_its_count() -> None:
+    import copy
+
+    model = _Recurrent()
+    feed_cache_position(model)
+    cache = model(input_ids=torch.zeros(1, 4, dtype=torch.long)).cache_params
+    assert model(input_ids=torch.zeros(1, 3, dtype=torch.long), cache_params=copy.deepcopy(cache)).positions.tolist() == [4, 5, 6]
+
+
+def test_generation_positions_only_where_the_forward_takes_them() -> None:
+    from kvconform.compat import generation_positions
+
+    assert generation_positions(_Recurrent(), 7, 2)["cache_position"].tolist() == [7, 8]
+    assert generation_positions(_Attention(), 7, 2) == {}
