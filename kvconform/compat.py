@@ -109,3 +109,64 @@ def image_processor_backends(model_type: str) -> dict[str, str] | None:
     except ImportError:
         return None
     return IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or None
+
+
+def generation_positions(model: Any, start: int, length: int) -> dict[str, Any]:
+    """``cache_position`` as ``generate()`` passed it to ``prepare_inputs_for_generation`` (positions ``start`` …
+    ``start + length - 1``), where the forward takes one (5.0-5.3: mamba's input preparation reads it to tell
+    decoding from prefill, and drops the attention mask on decode steps); nothing elsewhere."""
+    if "cache_position" not in inspect.signature(model.forward).parameters:
+        return {}
+    import torch
+
+    return {"cache_position": torch.arange(start, start + length)}
+
+
+#: The attribute where :func:`feed_cache_position` keeps the tokens a cache without ``get_seq_length`` has seen.
+SEEN = "_kvconform_seen"
+
+
+def feed_cache_position(model: Any) -> bool:
+    """Give ``model`` the ``cache_position`` that ``generate()`` fed, where its forward takes one (5.0-5.3).
+
+    Those releases' mamba, falcon_mamba and mamba2 forwards raise when a cache is passed without it (generate's
+    ``prepare_inputs_for_generation`` always passed it); the others compute the same positions themselves. A
+    forward pre-hook fills it, only when a cache is passed and the caller gave none, with the next positions
+    ``arange(seen, seen + length)``: ``seen`` is the cache's ``get_seq_length()``, or, for caches without one
+    (5.0's ``MambaCache``), the tokens fed to it, kept on the cache object (so a copied cache keeps its count).
+    Returns whether the hook was installed (once).
+    """
+    if "cache_position" not in inspect.signature(model.forward).parameters or getattr(model, "_kvconform_positions", False):
+        return False
+    import torch
+
+    def passed_cache(kwargs: dict[str, Any]) -> Any:
+        return next((kwargs[k] for k in CACHE_KEYWORDS if kwargs.get(k) is not None), None)
+
+    def query(kwargs: dict[str, Any]) -> Any:
+        return kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs.get("inputs_embeds")
+
+    def before(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        cache, tokens = passed_cache(kwargs), query(kwargs)
+        if cache is None or tokens is None or kwargs.get("cache_position") is not None:
+            return args, kwargs
+        length = getattr(cache, "get_seq_length", None)
+        start = int(length()) if length is not None else getattr(cache, SEEN, None)
+        if start is not None:
+            kwargs["cache_position"] = torch.arange(start, start + tokens.shape[1], device=tokens.device)
+        return args, kwargs
+
+    def after(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        tokens, position, passed = query(kwargs), kwargs.get("cache_position"), passed_cache(kwargs)
+        cache = next((getattr(output, k, None) for k in CACHE_KEYWORDS if getattr(output, k, None) is not None), None)
+        if cache is None or tokens is None or hasattr(cache, "get_seq_length"):
+            return
+        if passed is None:
+            setattr(cache, SEEN, tokens.shape[1])
+        else:
+            setattr(cache, SEEN, int(position[-1]) + 1 if position is not None else getattr(cache, SEEN, 0) + tokens.shape[1])
+
+    model.register_forward_pre_hook(before, with_kwargs=True)
+    model.register_forward_hook(after, with_kwargs=True)
+    model._kvconform_positions = True
+    return True

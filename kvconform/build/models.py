@@ -23,6 +23,7 @@ from kvconform.build.checkpoint_files import check_safetensors_files, read_confi
 from kvconform.build.split_gguf import check_joined, join_parts, joined_name, missing_parts, package_folder, part_paths
 from kvconform.cache_root import CACHE_DIR_ENV as CACHE_DIR_ENV
 from kvconform.cache_root import cache_dir as cache_dir
+from kvconform.compat import feed_cache_position
 from kvconform.matrix import ModelSpec
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -62,11 +63,15 @@ def model_in_dtype(master: Model, dtype: str, device: str) -> Model:
     float32 is the master itself (a copy off the CPU). Other dtypes come from
     ``from_pretrained(..., dtype=...)`` on the same weights, so modules a model keeps in float32
     (``_keep_in_fp32_modules``: routers, gates) and float32 buffers stay float32, unlike ``.to(dtype)``.
+    Forwards that take ``cache_position`` get it fed as ``generate()`` did (``compat.feed_cache_position``).
     """
     if dtype == "float32":
-        return master if device == "cpu" else copy.deepcopy(master).to(device)
-    reload = _RELOADERS.get(master) or _reload_from_saved(master)
-    return reload(getattr(torch, dtype)).eval().to(device)
+        model = master if device == "cpu" else copy.deepcopy(master).to(device)
+    else:
+        reload = _RELOADERS.get(master) or _reload_from_saved(master)
+        model = reload(getattr(torch, dtype)).eval().to(device)
+    feed_cache_position(model)
+    return model
 
 
 def _reload_from_saved(master: Model) -> Callable[[torch.dtype], Model]:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
-from kvconform.compat import all_linear, cache_argument
+from kvconform.compat import all_linear, cache_argument, generation_positions
 from kvconform.probe.cache_io import (
     forward_keeping_cache,
     input_device,
@@ -97,7 +97,8 @@ def _generate_feeds_mask(model: Model, keyword: str, token: torch.Tensor, cache:
     GenerationMixin does by default."""
     try:
         prepared = model.prepare_inputs_for_generation(
-            token, attention_mask=mask, use_cache=True, is_first_iteration=False, **{keyword: cache}
+            token, attention_mask=mask, use_cache=True, is_first_iteration=False, **{keyword: cache},
+            **generation_positions(model, mask.shape[1] - token.shape[1], token.shape[1]),
         )
     except (TypeError, ValueError, AttributeError):
         return True

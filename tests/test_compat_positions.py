@@ -1,0 +1,72 @@
+"""compat.feed_cache_position: the cache_position generate() fed, for forwards that take one (5.0-5.3)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from kvconform.compat import feed_cache_position
+
+
+class _StateCache:
+    """A recurrent cache without ``get_seq_length`` (5.0's ``MambaCache``)."""
+
+
+class _Recurrent(torch.nn.Module):
+    """Raises like 5.0's mamba when a cache comes without ``cache_position``; returns the positions it got."""
+
+    def forward(self, input_ids: torch.Tensor, cache_params: Any = None, cache_position: Any = None,
+                use_cache: bool = True) -> SimpleNamespace:
+        if cache_params is not None and cache_position is None:
+            raise ValueError("You have to specify the `cache_position` manually")
+        return SimpleNamespace(cache_params=cache_params or _StateCache(), positions=cache_position)
+
+
+class _Attention(torch.nn.Module):
+    def forward(self, input_ids: torch.Tensor, past_key_values: Any = None) -> SimpleNamespace:
+        return SimpleNamespace(past_key_values=past_key_values)
+
+
+def test_positions_continue_from_tokens_fed() -> None:
+    model = _Recurrent()
+    assert feed_cache_position(model)
+    assert not feed_cache_position(model)  # installed once
+    prompt = model(input_ids=torch.zeros(2, 5, dtype=torch.long))
+    assert prompt.positions is None  # no cache passed: the model starts its own, as generate's prefill did
+    step = model(input_ids=torch.zeros(2, 1, dtype=torch.long), cache_params=prompt.cache_params)
+    assert step.positions.tolist() == [5]
+    step = model(input_ids=torch.zeros(2, 2, dtype=torch.long), cache_params=step.cache_params)
+    assert step.positions.tolist() == [6, 7]
+
+
+def test_seq_length_and_given_positions_win() -> None:
+    model = _Recurrent()
+    feed_cache_position(model)
+    cache = SimpleNamespace(get_seq_length=lambda: 9)
+    assert model(input_ids=torch.zeros(1, 2, dtype=torch.long), cache_params=cache).positions.tolist() == [9, 10]
+    given = torch.tensor([3])
+    assert model(input_ids=torch.zeros(1, 1, dtype=torch.long), cache_params=cache, cache_position=given).positions is given
+
+
+def test_forward_without_cache_position_is_left_alone() -> None:
+    model = _Attention()
+    assert not feed_cache_position(model)
+    assert not model._forward_pre_hooks and not model._forward_hooks
+
+
+def test_a_copied_cache_keeps_its_count() -> None:
+    import copy
+
+    model = _Recurrent()
+    feed_cache_position(model)
+    cache = model(input_ids=torch.zeros(1, 4, dtype=torch.long)).cache_params
+    assert model(input_ids=torch.zeros(1, 3, dtype=torch.long), cache_params=copy.deepcopy(cache)).positions.tolist() == [4, 5, 6]
+
+
+def test_generation_positions_only_where_the_forward_takes_them() -> None:
+    from kvconform.compat import generation_positions
+
+    assert generation_positions(_Recurrent(), 7, 2)["cache_position"].tolist() == [7, 8]
+    assert generation_positions(_Attention(), 7, 2) == {}
