@@ -18,7 +18,7 @@ def test_tool_prints_its_usage(tool: str) -> None:
 
 
 #: Tools that run models by design, so they import torch before parsing their arguments.
-RUN_MODELS = {"bench.py", "fault_ladder.py"}
+RUN_MODELS = {"bench.py", "fault_ladder.py", "logit_noise.py"}
 ANSWER_AT_ONCE = sorted(path.name for path in TOOLS.glob("*.py") if path.name not in RUN_MODELS)
 WATCH = """import runpy, sys
 sys.argv = [sys.argv[1], "--help"]

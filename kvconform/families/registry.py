@@ -63,12 +63,19 @@ def family_model_types(family: str) -> list[str]:
 
 @cache
 def _is_encoder_decoder(model_type: str) -> bool | None:
+    """Whether the type's default config is an encoder-decoder; built quietly (a default config's warnings, e.g.
+    cohere_compass's "no RoPE parameters", are not the run's)."""
     from transformers import AutoConfig
+    from transformers.utils import logging
 
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()
     try:
         return bool(getattr(AutoConfig.for_model(model_type), "is_encoder_decoder", False))
     except Exception:  # noqa: BLE001 - a default config that does not build is reported by the cell itself
         return None
+    finally:
+        logging.set_verbosity(verbosity)
 
 
 def _structural_reason(family: str, model_type: str) -> str | None:
