@@ -32,7 +32,7 @@ SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")
 SETTING_KEYS = (
     "dtypes", "devices", "caches", "batch_size", "prompt_length", "decode_steps", "seed",
     "tolerances", "generate", "ragged", "prefix_reuse", "attentions", "variant_dtypes", "beam", "crop", "window_crossings",
-    "padded_generate",
+    "padded_generate", "path_dtypes", "static_paths",
 )
 MODEL_KEYS = SETTING_KEYS + SOURCE_KEYS + (
     "id", "config", "revision", "trust_remote_code", "allow_pickle", "xfail", "exclude",
@@ -107,6 +107,10 @@ class Settings:
     padded_generate: bool = False
     #: Also decode sliding-window and chunked layers from prompts shorter than and equal to the window.
     window_crossings: bool = False
+    #: Dtypes whose cells run the reuse paths (generate, ragged, prefix_reuse, crop, padded generate); ``None``: all.
+    path_dtypes: tuple[str, ...] | None = None
+    #: Whether static-cache cells also run the reuse paths (attention variants never do: checks/table.py).
+    static_paths: bool = True
 
 
 @dataclass(frozen=True)
@@ -334,14 +338,15 @@ def _parse_settings(raw: Mapping[str, Any], base: Settings, label: str) -> Setti
     if label.endswith("defaults"):
         _check_keys(raw, SETTING_KEYS, label)
     changes: dict[str, Any] = {}
-    allowed_names = {"dtypes": DTYPES, "devices": DEVICES, "caches": CACHES, "attentions": ATTENTIONS, "variant_dtypes": DTYPES}
+    allowed_names = {"dtypes": DTYPES, "devices": DEVICES, "caches": CACHES, "attentions": ATTENTIONS, "variant_dtypes": DTYPES,
+                     "path_dtypes": DTYPES}
     for key, allowed in allowed_names.items():
         if key in raw:
             changes[key] = _names(raw[key], allowed, label, key)
     for key, minimum in (("batch_size", 1), ("prompt_length", 2), ("decode_steps", 1), ("seed", 0)):
         if key in raw:
             changes[key] = _positive_int(raw[key], label, key, minimum)
-    for key in ("generate", "ragged", "prefix_reuse", "beam", "crop", "padded_generate", "window_crossings"):
+    for key in ("generate", "ragged", "prefix_reuse", "beam", "crop", "padded_generate", "window_crossings", "static_paths"):
         if key in raw:
             changes[key] = _expect(raw[key], bool, label, key)
     if "tolerances" in raw:

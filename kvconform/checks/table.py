@@ -36,13 +36,17 @@ class CheckInfo:
     """``default``: only with the model's own attention; ``other``: only with another one; ``None``: any."""
     families: tuple[str, ...] = FAMILIES
     """The model families whose cells run the check (``kvconform.families``)."""
+    reuse_path: bool = False
+    """A path that drives the cache beyond the decode (generate, ragged, prefix reuse, crop, padded generate): it also
+    follows the matrix's ``path_dtypes`` and ``static_paths``."""
 
     def applies(self, settings: Settings, dtype: str, family: str, cache: str = "dynamic",
                 default_attention: bool = True) -> bool:
         enabled = self.enabled_by is None or bool(getattr(settings, self.enabled_by))
         attention = self.attention is None or (self.attention == "default") == default_attention
         return (family in self.families and enabled and attention and (not self.float32_only or dtype == "float32")
-                and (self.caches is None or cache in self.caches))
+                and (self.caches is None or cache in self.caches)
+                and (not self.reuse_path or _reuse_path_runs(settings, dtype, cache)))
 
     def scope(self) -> str:
         """Which cells the check runs on, in words (e.g. why a cell of one release has no such result in another)."""
@@ -53,7 +57,13 @@ class CheckInfo:
             parts.append("with the model's default attention" if self.attention == "default"
                          else "with an attention other than the model's default")
         setting = f" where the matrix turns on {self.enabled_by!r}" if self.enabled_by else ""
-        return f"{self.name} runs on {', '.join(parts) or 'every cell'}{setting}"
+        reuse = " (in the matrix's path_dtypes, on static caches where static_paths is on)" if self.reuse_path else ""
+        return f"{self.name} runs on {', '.join(parts) or 'every cell'}{setting}{reuse}"
+
+
+def _reuse_path_runs(settings: Settings, dtype: str, cache: str) -> bool:
+    """Whether a cell of ``dtype`` and ``cache`` runs the reuse paths (the matrix's ``path_dtypes`` and ``static_paths``)."""
+    return (settings.path_dtypes is None or dtype in settings.path_dtypes) and (settings.static_paths or cache == "dynamic")
 
 
 #: In report column order.
@@ -64,14 +74,18 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("growth", "the cache grows by one position per step; each layer stores what its type keeps"),
     CheckInfo("shapes", "every layer's K/V is [B, H_kv, S_layer, head_dim] with H_kv and head_dim from the config"),
     CheckInfo("bytes", "the K/V bytes equal 2 x L x H_kv x d_head x N x B x bytes (per layer)"),
+    # The reuse paths run with the model's own attention: on 5.24 each of the 53 known failures of generate, ragged,
+    # prefix_reuse or crop on an attention-variant cell repeated the same check's on the model's default cell (49) or
+    # the cell's own parity failure (4) (docs/performance.md, "What the matrix prunes").
     CheckInfo("generate", "generate() with and without the cache picks the same greedy tokens",
-              enabled_by="generate", float32_only=True, caches=FULL_PRECISION, families=CAUSAL),
+              enabled_by="generate", float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL,
+              reuse_path=True),
     CheckInfo("ragged", "a left-padded batch: each row matches its own unpadded uncached pass", enabled_by="ragged",
-              caches=FULL_PRECISION, families=CAUSAL),
+              caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
     CheckInfo("prefix_reuse", "a copied prefix cache, extended and decoded, matches a fresh run", enabled_by="prefix_reuse",
-              caches=FULL_PRECISION, families=CAUSAL),
+              caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
     CheckInfo("crop", "a prefilled cache cropped back 3 tokens and decoded again matches a fresh run", enabled_by="crop",
-              caches=FULL_PRECISION, families=CAUSAL),
+              caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
     # With the model's own attention: on 5.24 each of the 60 eager window cells gave its sdpa cell's verdict (docs/cache-paths.md).
     CheckInfo("window", "sliding-window and chunked layers decoded from prompts shorter than and equal to the "
               "window: parity, growth, shapes and mask sizes at every step", enabled_by="window_crossings", float32_only=True,
@@ -82,7 +96,8 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("reorder", "reorder_cache on a prefilled cache equals prefilling the rows in that order", enabled_by="beam",
               float32_only=True, caches=("static", "quantized"), families=CAUSAL),
     CheckInfo("padded_generate", "generate() on a left-padded batch picks the same tokens with and without the cache",
-              enabled_by="padded_generate", float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL),
+              enabled_by="padded_generate", float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL,
+              reuse_path=True),
     CheckInfo("attn_agreement", "this attention and the model's default agree on uncached logits", float32_only=True,
               caches=("dynamic",), attention="other", families=CAUSAL),
     CheckInfo("quantized_kv", "the fp8 cache stores its design's frozen-scale float8 round trip of every value",
