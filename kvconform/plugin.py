@@ -171,7 +171,9 @@ def report_dir(config: pytest.Config) -> Path:
         from kvconform.report_dir import run_folder
         from kvconform.run_scope import narrowing, selects_tests
 
-        state.report_folder = run_folder(narrowing(config), selects_tests(config), datetime.now()) or ""
+        # A --collect-only run (IDEs run one on every save) checks nothing: it never replaces a run's reports.
+        collect_only = ["collect-only"] if config.option.collectonly else []
+        state.report_folder = run_folder(narrowing(config) + collect_only, selects_tests(config), datetime.now()) or ""
     return Path(config.rootpath) / "reports" / state.report_folder
 
 
@@ -653,7 +655,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     if progress:
         write(f"kvconform: {progress}")
     if state.written and state.report_folder:
-        write(f"kvconform: not the default matrix, so this run's reports are in {report_dir(config)} "
+        what = "a --collect-only run (no check ran)" if config.option.collectonly else "not the default matrix"
+        write(f"kvconform: {what}, so this run's reports are in {report_dir(config)} "
               "(reports/ itself keeps the full run's; --report-dir DIR chooses)", bold=True)
     for path in state.written:
         write(f"report: {path}")

@@ -300,9 +300,9 @@ def test_report_folder_is_named_from_what_the_run_narrowed() -> None:
 
 
 def test_a_narrowed_run_keeps_the_full_runs_reports_and_the_excluded_list_only_with_the_sweep(inner: Inner) -> None:
-    """As typed (no --report-dir): the whole default matrix (listing.yaml's, with a sweep) writes reports/ and lists
-    the excluded architectures (a count with -q); ``-k gpt2`` writes reports/k-gpt2/, says so, and lists none; another
-    matrix file gets its own folder too."""
+    """As typed (no --report-dir), collecting only: the whole default matrix (listing.yaml's, with a sweep) lists
+    the excluded architectures (a count with -q) and writes reports/collect-only/; ``-k gpt2`` writes
+    reports/k-gpt2_collect-only/, says so, and lists none; another matrix file gets its own folder too."""
     (inner.path / "model_matrix.yaml").write_text((DATA / "listing.yaml").read_text())
     (inner.path / "pytest.ini").write_text("[pytest]\n")
     inner.pytester.makepyfile(**{"test_conformance": (SUITE / "test_conformance.py").read_text(),
@@ -315,10 +315,13 @@ def test_a_narrowed_run_keeps_the_full_runs_reports_and_the_excluded_list_only_w
                       as_typed=True)
     assert [run.ret for run in (whole, folded, narrowed, other)] == [0] * 4, other.output[-2000:]  # collecting is no failure
     reports = inner.path / "reports"
+    # A collect-only run checks nothing, so even the whole matrix's never replaces reports/ itself.
     assert sorted(path.relative_to(reports).as_posix() for path in reports.rglob("conformance.json")) == [
-        "conformance.json", "k-gpt2/conformance.json", "matrix-other_device-cuda_cache-static/conformance.json"]
-    assert f"not the default matrix, so this run's reports are in {reports / 'k-gpt2'}" in narrowed.out, narrowed.out[-2000:]
-    assert f"report: {reports / 'k-gpt2' / 'conformance.json'}" in narrowed.out
+        "collect-only/conformance.json", "k-gpt2_collect-only/conformance.json",
+        "matrix-other_device-cuda_cache-static_collect-only/conformance.json"]
+    assert (f"a --collect-only run (no check ran), so this run's reports are in {reports / 'k-gpt2_collect-only'}"
+            in narrowed.out), narrowed.out[-2000:]
+    assert f"report: {reports / 'k-gpt2_collect-only' / 'conformance.json'}" in narrowed.out
     assert "mamba: listing-test" in whole.out and "not the default matrix" not in whole.out, whole.out[-2000:]
     assert re.search(r"^\d+ architectures excluded \(not testable here; listed in the report", folded.out, re.MULTILINE)
     assert "mamba: listing-test" not in folded.out, folded.out[-2000:]
