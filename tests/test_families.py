@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kvconform.build.models import model_in_dtype
-from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families import checks as family_checks
 from kvconform.families.build import build_family, shrink_family_config
 from kvconform.families.probe import FamilyProbe, probe_family
@@ -16,7 +16,8 @@ from tests.conftest import TOLERANCES
 from tests.family_faults import planted
 
 MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE,
-          "blip-2": VISION_LANGUAGE, "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE}
+          "blip-2": VISION_LANGUAGE, "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
+          "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO}
 
 
 @pytest.fixture(scope="session")
@@ -177,6 +178,47 @@ def test_positions_that_restart_after_the_audio_are_caught_and_located(family_mo
     assert results["growth"].passed and results["shapes"].passed and results["bytes"].passed
 
 
+def test_codebook_rows_follow_the_models_layout_and_delay_pattern(family_model):
+    """MusicGen: B x 4 rows delayed 0-3 with a T5 cross-attention cache; Dia: [B, S, 3] delayed by its config;
+    MusicGen Melody: the conditioning (5 text + 4 chroma positions) prepended in the cache."""
+    probe, results = probe_and_check(family_model("musicgen"), TEXT_TO_AUDIO)
+    assert "codes [B x 4, 6], start token 256 in frame 0, delays [0, 1, 2, 3]" in probe.inputs, probe.inputs
+    assert probe.record.cache_class == "EncoderDecoderCache"
+    assert results["codebook_parity"].details["codebook_max_abs_delta"].__len__() == 4
+    # Codebook k's first k + 1 positions hold the start token, in the prompt and in the decoded frames alike.
+    assert results["growth"].measured == "6→7→8→9→10→11→12→13→14" and results["shapes"].measured == "[2, 4, 14, 16]"
+    dia, _ = probe_and_check(family_model("dia"), TEXT_TO_AUDIO)
+    assert "codes [B x 3, 6] as [B, S, K], start token 255 in frame 0, delays [0, 1, 2]" in dia.inputs, dia.inputs
+    melody, melody_results = probe_and_check(family_model("musicgen_melody"), TEXT_TO_AUDIO)
+    assert "prepended conditioning of 9 positions" in melody.inputs
+    assert melody_results["growth"].measured.startswith("15→16"), "9 conditioning positions + 6 frames"
+
+
+def test_delayed_codebooks_hold_the_start_token():
+    from kvconform.families.codebook import Layout
+
+    codes = Layout(3, (0, 1, 2), 9, 8, False, "test")
+    rows = torch.zeros(6, 3, dtype=torch.long)  # B = 2, K = 3, positions 0-2
+    assert codes.delayed(rows, 0)[:3].tolist() == [[9, 0, 0], [9, 9, 0], [9, 9, 9]]
+    assert codes.delayed(rows, 2)[:3].tolist() == [[0, 0, 0], [0, 0, 0], [9, 0, 0]]
+    assert codes.to_model(rows).shape == (6, 3), "MusicGen takes the rows as they are"
+    dia = Layout(3, (0, 1, 2), 9, 8, True, "test")
+    assert dia.to_model(torch.arange(6).view(6, 1)).tolist() == [[[0, 1, 2]], [[3, 4, 5]]], "Dia: [B, S, K]"
+
+
+def test_a_codebook_reading_another_codebooks_ids_is_caught_and_located(family_model):
+    """MusicGen decode steps that write codebook 0's entry where codebook 1's belongs: parity and every codebook
+    head fail from decode step 1, the K/V localization names layer 0 at the first decoded position."""
+    with planted("codebook_reads_another_codebook"):
+        probe, results = probe_and_check(family_model("musicgen"), TEXT_TO_AUDIO)
+    prompt = probe.record.plan.prompt_length
+    assert not results["parity"].passed and not results["codebook_parity"].passed
+    assert "at decode step 1" in results["codebook_parity"].message, results["codebook_parity"].message
+    assert results["codebook_parity"].details["first_failing_step"] == 1
+    assert f"layer 0, position {prompt} (keys)" in results["parity"].message, results["parity"].message
+    assert results["growth"].passed and results["shapes"].passed and results["bytes"].passed
+
+
 def test_every_details_field_the_family_checks_write_is_documented(family_model):
     """Healthy and faulty family cells (cross half, text-only prompt, K/V localization), with the suite's ``half``."""
     import json
@@ -186,6 +228,8 @@ def test_every_details_field_the_family_checks_write_is_documented(family_model)
 
     results = [*probe_and_check(family_model("llava"), VISION_LANGUAGE)[1].values(),
                *probe_and_check(family_model("t5"), SEQ2SEQ)[1].values()]
+    with planted("codebook_reads_another_codebook"):
+        results += probe_and_check(family_model("musicgen"), TEXT_TO_AUDIO)[1].values()
     with planted("cross_recomputed_short"):
         results += probe_and_check(family_model("t5"), SEQ2SEQ)[1].values()
     written = {key for result in results for key in result.details} | {"half"}
