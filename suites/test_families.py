@@ -41,3 +41,9 @@ def test_text_only(cell, outcome, verdict):
 def test_codebook_parity(cell, outcome, verdict):
     """Every codebook head of a codebook decoder: cached logits match the uncached pass at every step."""
     verdict(checks.codebook_parity(outcome.family, cell.tolerance))
+
+
+@pytest.mark.kvconform_check("codebook_generate")
+def test_codebook_generate(cell, outcome, verdict):
+    """generate() on the text prompt returns the same codes (MusicGen: waveform) with and without the cache."""
+    verdict(checks.codebook_generate(outcome.family, cell.tolerance))

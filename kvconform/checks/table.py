@@ -97,6 +97,8 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("text_only", "a text-only prompt on a vision- or audio-language model: parity and growth", families=MULTIMODAL),
     CheckInfo("codebook_parity", "every codebook head's cached logits match the uncached pass at every decode step",
               families=(TEXT_TO_AUDIO,)),
+    CheckInfo("codebook_generate", "generate() with and without the cache returns the same codes (or waveform)",
+              families=(TEXT_TO_AUDIO,)),
 )
 CHECKS: dict[str, CheckInfo] = {check.name: check for check in CHECK_TABLE}
 CHECK_ORDER: tuple[str, ...] = tuple(CHECKS)

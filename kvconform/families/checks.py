@@ -122,6 +122,29 @@ def codebook_parity(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
     return CheckResult("codebook_parity", False, measured, f"{limit:.2e}", message, details)
 
 
+def codebook_generate(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
+    """Greedy ``generate()`` on the text prompt: the same codes (MusicGen: the same waveform) with and without the
+    cache, and every step's scores within the parity limit, with the guidance published checkpoints generate with."""
+    heads = probe.codebook
+    if heads is None:
+        raise ValueError("not a codebook-decoder cell: no codebook heads")
+    run = heads.generate
+    details: dict[str, object] = {"generate_config": run.config}
+    if run.error is not None:
+        return CheckResult("codebook_generate", False, "raised", "same output", f"generate({run.config}) raised with {run.error}", details)
+    limit = tolerance.limit(run.score_scale)
+    scores = "scores not comparable" if run.score_delta is None else f"max |Δscore| {run.score_delta:.2e} (limit {limit:.2e})"
+    details.update(score_max_abs_delta=run.score_delta, tolerance=limit)
+    if not run.equal:
+        return CheckResult("codebook_generate", False, "differs", "same output",
+                           f"generate({run.config}): {run.output} with and without the cache differ: {run.detail}; {scores}", details)
+    if run.score_delta is None or run.score_delta > limit:
+        return CheckResult("codebook_generate", False, scores, "same scores",
+                           f"generate({run.config}): the same {run.output}, but {scores} with and without the cache", details)
+    return CheckResult("codebook_generate", True, f"{run.score_delta:.2e}", f"{limit:.2e}",
+                       f"generate({run.config}) returns the same {run.output} with and without the cache; {scores}", details)
+
+
 #: Each family-only check of the table, called with (family probe, tolerance).
 _RUN: dict[str, Callable[[FamilyProbe, Tolerance], CheckResult]] = {
     "cross_growth": lambda probe, tolerance: cross_growth(probe),
@@ -130,6 +153,7 @@ _RUN: dict[str, Callable[[FamilyProbe, Tolerance], CheckResult]] = {
     "encoder_once": lambda probe, tolerance: encoder_once(probe),
     "text_only": text_only,
     "codebook_parity": codebook_parity,
+    "codebook_generate": codebook_generate,
 }
 if set(_RUN) != set(FAMILY_CHECKS):  # the check table and its functions must name the same checks
     raise ImportError(f"kvconform.families.checks binds {sorted(_RUN)}, the check table's family checks are {sorted(FAMILY_CHECKS)}")

@@ -89,6 +89,61 @@ def _first_int(*sources: Any, name: str) -> int:
     raise ValueError(f"no {name} in the generation config or the config")
 
 
+#: Published MusicGen checkpoints generate with classifier-free guidance 3.0 (convert_musicgen_transformers.py and
+#: convert_musicgen_melody_transformers.py in transformers' repository set ``generation_config.guidance_scale = 3.0``
+#: beside ``do_sample=True``): the cell keeps the guidance, which doubles the batch through the cache, and decodes
+#: greedily so the two runs must agree. Dia keeps its own generation config (no published value checked here).
+GUIDANCE_SCALE = {"musicgen": 3.0, "musicgen_melody": 3.0}
+
+
+@dataclass(frozen=True)
+class GenerateRun:
+    """``generate()`` with and without the cache: what each returned (codes, or MusicGen's decoded waveform) and
+    how far apart their per-step scores are."""
+
+    config: str
+    output: str
+    equal: bool
+    detail: str
+    score_delta: float | None = None
+    """Max |Δ| between the two runs' processed scores over every generated step (``None``: not comparable)."""
+    score_scale: float = 0.0
+    error: str | None = None
+
+
+def run_generate(model: Model, text: torch.Tensor, new_tokens: int) -> GenerateRun:
+    """Greedy ``generate()`` on the text prompt with ``use_cache`` True and False, as a user calls it."""
+    guidance = GUIDANCE_SCALE.get(model.config.model_type)
+    settings = {"do_sample": False, "max_new_tokens": new_tokens, **({"guidance_scale": guidance} if guidance else {})}
+    described = ", ".join(f"{k}={v}" for k, v in settings.items())
+    outputs = {}
+    for use_cache in (True, False):
+        try:
+            with torch.inference_mode():
+                outputs[use_cache] = model.generate(input_ids=text, use_cache=use_cache, return_dict_in_generate=True,
+                                                    output_scores=True, **settings)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
+            return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
+    cached, uncached = outputs[True].sequences, outputs[False].sequences
+    kind = "codes" if not cached.is_floating_point() else "waveform (the codes decoded by the audio codec)"
+    shape = f"{kind} {list(cached.shape)}"
+    scores = [(a.float(), b.float()) for a, b in zip(outputs[True].scores or (), outputs[False].scores or (), strict=False)]
+    comparable = bool(scores) and all(a.shape == b.shape for a, b in scores)
+    finite = [torch.nan_to_num(b, nan=0.0, posinf=0.0, neginf=0.0) for _, b in scores]
+    # Scores a logits processor masked to -inf in both runs agree; a NaN or a one-sided inf counts as infinitely apart.
+    delta = max(float(torch.where(a == b, 0.0, torch.nan_to_num((a - b).abs(), nan=float("inf"))).max())
+                for a, b in scores) if comparable else None
+    scale = max(float(b.abs().max()) for b in finite) if comparable else 0.0
+    if cached.shape != uncached.shape:
+        return GenerateRun(described, shape, False, f"with the cache {list(cached.shape)}, without {list(uncached.shape)}", delta, scale)
+    differ = (cached != uncached).reshape(cached.shape[0], -1)
+    if not differ.any():
+        return GenerateRun(described, shape, True, "identical", delta, scale)
+    row = int(differ.any(-1).nonzero()[0])
+    index = int(differ[row].nonzero()[0])
+    return GenerateRun(described, shape, False, f"row {row} first differs at flat index {index} of {differ.shape[1]}", delta, scale)
+
+
 @dataclass
 class CodebookRun:
     """The decode run, its code layout, the conditioning's length and how the inputs were made."""
@@ -99,6 +154,7 @@ class CodebookRun:
     """Positions the model prepends to the codes (MusicGen Melody's conditioning), 0 for cross-attention models."""
     encoder_length: int
     recipe: str
+    generate: GenerateRun
 
 
 def _prompt(layout: Layout, plan: ProbePlan, device: torch.device) -> torch.Tensor:
@@ -124,7 +180,7 @@ def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
     recipe = (f"text input_ids [B, {TEXT_TOKENS}] ({where}); codes [B x {codes.codebooks}, {plan.prompt_length}]"
               f"{' as [B, S, K]' if codes.channels_last else ''}, start token {codes.start} in frame 0, delays "
               f"{list(codes.delays)} ({codes.source})")
-    return CodebookRun(run, codes, prefix, encoder_length, recipe)
+    return CodebookRun(run, codes, prefix, encoder_length, recipe, run_generate(model, text, plan.decode_steps))
 
 
 def _cross_driver(model: Model, codes: Layout, plan: ProbePlan, text: torch.Tensor,

@@ -8,7 +8,7 @@ from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.build.models import Model
 from kvconform.families import AUDIO_LANGUAGE, CROSS_HALF, ENCODER_DECODER, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families.audio import audio_inputs
-from kvconform.families.codebook import probe_codebook
+from kvconform.families.codebook import GenerateRun, probe_codebook
 from kvconform.families.decode import FamilyRun
 from kvconform.families.encoder_decoder import probe_encoder_decoder
 from kvconform.families.geometry import cross_attention_geometry, self_attention_geometry
@@ -42,6 +42,7 @@ class CodebookHeads:
     row_deltas: list[list[float]]
     """Per step, each row's max |Δlogit| against the uncached pass."""
     delays: tuple[int, ...]
+    generate: GenerateRun
 
 
 @dataclass
@@ -84,6 +85,6 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     if family == TEXT_TO_AUDIO:
         codes = probe_codebook(model, plan)
         geometry, explanation = self_attention_geometry(config)
-        heads = CodebookHeads(codes.layout.codebooks, codes.run.row_deltas, codes.layout.delays)
+        heads = CodebookHeads(codes.layout.codebooks, codes.run.row_deltas, codes.layout.delays, codes.generate)
         return FamilyProbe(codes.run.record, geometry, explanation, codes.recipe, codebook=heads)
     raise ValueError(f"no family probe for {family!r}")
