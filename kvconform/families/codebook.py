@@ -15,6 +15,7 @@ so the family decode loop runs unchanged over ``B * K`` rows and each row's logi
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -180,7 +181,10 @@ def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
     recipe = (f"text input_ids [B, {TEXT_TOKENS}] ({where}); codes [B x {codes.codebooks}, {plan.prompt_length}]"
               f"{' as [B, S, K]' if codes.channels_last else ''}, start token {codes.start} in frame 0, delays "
               f"{list(codes.delays)} ({codes.source})")
-    return CodebookRun(run, codes, prefix, encoder_length, recipe, run_generate(model, text, plan.decode_steps))
+    start = time.perf_counter()
+    generated = run_generate(model, text, plan.decode_steps)
+    run.record.timings["generate_s"] = time.perf_counter() - start
+    return CodebookRun(run, codes, prefix, encoder_length, recipe, generated)
 
 
 def _cross_driver(model: Model, codes: Layout, plan: ProbePlan, text: torch.Tensor,
