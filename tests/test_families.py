@@ -262,10 +262,11 @@ def test_every_details_field_the_family_checks_write_is_documented(family_model,
 
 
 @pytest.mark.parametrize(("model_type", "cls"), [("whisper", "WhisperForConditionalGeneration"),
-                                                ("qwen2_audio", "Qwen2AudioForConditionalGeneration")])
+                                                ("qwen2_audio", "Qwen2AudioForConditionalGeneration"),
+                                                ("dia", "DiaForConditionalGeneration")])
 def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model, tmp_path, model_type, cls):
     """``--model FOLDER``: the family comes from config.json (an encoder-decoder, a decoder-only audio-language
-    model), the auto class and the probe from the family."""
+    model, a codebook decoder), the auto class and the probe from the family."""
     from kvconform.build.models import load_master
     from kvconform.cli_models import spec_from_argument
     from kvconform.matrix import Settings
