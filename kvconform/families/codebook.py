@@ -147,21 +147,18 @@ def run_generate(model: Model, text: torch.Tensor, new_tokens: int) -> GenerateR
 
 @dataclass
 class CodebookRun:
-    """The decode run, its code layout, the conditioning's length and how the inputs were made."""
+    """The decode run, its code layout, how the inputs were made and what ``generate()`` did."""
 
     run: FamilyRun
     layout: Layout
-    prefix: int
-    """Positions the model prepends to the codes (MusicGen Melody's conditioning), 0 for cross-attention models."""
-    encoder_length: int
     recipe: str
     generate: GenerateRun
 
 
-def _prompt(layout: Layout, plan: ProbePlan, device: torch.device) -> torch.Tensor:
-    rows = plan.batch_size * layout.codebooks
-    codes = text_ids(rows, plan.prompt_length, plan.seed, layout.vocab, {layout.start})
-    return layout.delayed(codes, 0).to(device)
+def _prompt(codes: Layout, plan: ProbePlan, device: torch.device) -> torch.Tensor:
+    """Random codes in every codebook row, the start token where each codebook is still delayed (frame 0 for all)."""
+    rows = text_ids(plan.batch_size * codes.codebooks, plan.prompt_length, plan.seed, codes.vocab, {codes.start})
+    return codes.delayed(rows, 0).to(device)
 
 
 def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
@@ -174,7 +171,7 @@ def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
     prompt = _prompt(codes, plan, device)
     melody = hasattr(model, "audio_enc_to_dec_proj")
     make = _prefix_driver if melody else _cross_driver
-    driver, prefix, encoder_length = make(model, codes, plan, text, prompt)
+    driver, prefix, encoder_length = make(model, codes, text, prompt)
     run_plan = replace(plan, prompt_length=prefix + plan.prompt_length)
     run = drive(model, run_plan, driver)
     where = f"prepended conditioning of {prefix} positions" if melody else f"cross-attention over {encoder_length} encoder positions"
@@ -184,12 +181,12 @@ def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
     start = time.perf_counter()
     generated = run_generate(model, text, plan.decode_steps)
     run.record.timings["generate_s"] = time.perf_counter() - start
-    return CodebookRun(run, codes, prefix, encoder_length, recipe, generated)
+    return CodebookRun(run, codes, recipe, generated)
 
 
-def _cross_driver(model: Model, codes: Layout, plan: ProbePlan, text: torch.Tensor,
-                  prompt: torch.Tensor) -> tuple[Driver, int, int]:
-    """MusicGen and Dia: the text encoder once, every decoder call reads its output through cross-attention."""
+def _cross_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torch.Tensor) -> tuple[Driver, int, int]:
+    """MusicGen and Dia: the text encoder once, every decoder call reads its output through cross-attention.
+    Returns (driver, positions prepended to the codes: none, encoder length)."""
     keyword = cache_keyword(model)
     encoded: dict[str, Any] = {"outputs": model.get_encoder()(input_ids=text)}
 
@@ -208,10 +205,10 @@ def _cross_driver(model: Model, codes: Layout, plan: ProbePlan, text: torch.Tens
     return driver, 0, int(encoded["outputs"][0].shape[1])
 
 
-def _prefix_driver(model: Model, codes: Layout, plan: ProbePlan, text: torch.Tensor,
-                   prompt: torch.Tensor) -> tuple[Driver, int, int]:
+def _prefix_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torch.Tensor) -> tuple[Driver, int, int]:
     """MusicGen Melody: the forward prepends the text and chroma conditioning to the codes; decode steps run the
-    decoder alone on the cache (``prepare_inputs_for_generation`` drops the conditioning once it is cached)."""
+    decoder alone on the cache (``prepare_inputs_for_generation`` drops the conditioning once it is cached).
+    Returns (driver, conditioning positions prepended to the codes, the same as its encoder length)."""
     keyword = cache_keyword(model.decoder)
 
     def outer(ids: torch.Tensor, use_cache: bool) -> Any:
