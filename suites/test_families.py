@@ -35,3 +35,15 @@ def test_encoder_once(cell, outcome, verdict):
 def test_text_only(cell, outcome, verdict):
     """A text-only prompt on a vision-language model: parity and growth as for a causal LM."""
     verdict(checks.text_only(outcome.family, cell.tolerance))
+
+
+@pytest.mark.kvconform_check("codebook_parity")
+def test_codebook_parity(cell, outcome, verdict):
+    """Every codebook head of a codebook decoder: cached logits match the uncached pass at every step."""
+    verdict(checks.codebook_parity(outcome.family, cell.tolerance))
+
+
+@pytest.mark.kvconform_check("codebook_generate")
+def test_codebook_generate(cell, outcome, verdict):
+    """generate() on the text prompt returns the same codes (MusicGen: waveform) with and without the cache."""
+    verdict(checks.codebook_generate(outcome.family, cell.tolerance))

@@ -10,7 +10,9 @@
 - ``lm_positions_restart_after_image``: the OPT language model inside BLIP-2, prefilled with the merged image
   and prompt embeddings, restarts its decode steps' learned positions at 0 (as if only ids counted);
 - ``positions_restart_after_audio``: Qwen2-Audio's decode steps number their positions as if the audio
-  placeholders took none (the count of text tokens only), so every position after the audio is shifted back.
+  placeholders took none (the count of text tokens only), so every position after the audio is shifted back;
+- ``codebook_reads_another_codebook``: MusicGen's decode steps embed codebook 1's stream from codebook 0's ids, so the
+  K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 
 import torch
 from transformers.cache_utils import EncoderDecoderCache
+from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
 from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
 from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioForConditionalGeneration
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
@@ -110,6 +113,20 @@ def _audio_positions_restart() -> list[Patch]:
     return [(Qwen2AudioForConditionalGeneration, "forward", forward)]
 
 
+def _codebook_crossed() -> list[Patch]:
+    original = MusicgenDecoder.forward
+
+    @functools.wraps(original)
+    def forward(self: Any, input_ids: Any = None, *args: Any, cache: Any = None, **kwargs: Any) -> Any:
+        if input_ids is not None and cache is not None and cache.get_seq_length() > 0:  # a decode step
+            codes = input_ids.reshape(-1, self.num_codebooks, input_ids.shape[-1]).clone()
+            codes[:, 1] = codes[:, 0]
+            input_ids = codes.reshape(input_ids.shape)
+        return original(self, input_ids, *args, cache=cache, **kwargs)
+
+    return [(MusicgenDecoder, "forward", forward)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_grows": lambda: _cross_cache_patch(short=False),
     "cross_recomputed_short": lambda: _cross_cache_patch(short=True),
@@ -117,6 +134,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "positions_restart_after_image": lambda: _decode_positions(_restarted),
     "lm_positions_restart_after_image": _lm_positions_restart,
     "positions_restart_after_audio": _audio_positions_restart,
+    "codebook_reads_another_codebook": _codebook_crossed,
 }
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from kvconform.build.models import model_in_dtype
-from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families import checks as family_checks
 from kvconform.families.build import build_family, shrink_family_config
 from kvconform.families.probe import FamilyProbe, probe_family
@@ -16,7 +16,8 @@ from tests.conftest import TOLERANCES
 from tests.family_faults import planted
 
 MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE,
-          "blip-2": VISION_LANGUAGE, "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE}
+          "blip-2": VISION_LANGUAGE, "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
+          "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO}
 
 
 @pytest.fixture(scope="session")
@@ -41,9 +42,22 @@ def probe_and_check(model: torch.nn.Module, family: str, dtype: str = "float32")
     return probe, family_checks.run_all_family(probe, family, tolerance)
 
 
+@pytest.fixture(scope="session")
+def healthy(family_model):
+    """Each tiny family model's float32 probe and check results, run once per session."""
+    done: dict[str, tuple[FamilyProbe, dict[str, CheckResult]]] = {}
+
+    def get(model_type: str) -> tuple[FamilyProbe, dict[str, CheckResult]]:
+        if model_type not in done:
+            done[model_type] = probe_and_check(family_model(model_type), MODELS[model_type])
+        return done[model_type]
+
+    return get
+
+
 @pytest.mark.parametrize("model_type", sorted(MODELS))
-def test_healthy_family_models_pass_every_check(family_model, model_type):
-    _, results = probe_and_check(family_model(model_type), MODELS[model_type])
+def test_healthy_family_models_pass_every_check(healthy, model_type):
+    _, results = healthy(model_type)
     failed = {name: r.message for name, r in results.items() if not r.passed}
     assert not failed, failed
 
@@ -177,7 +191,58 @@ def test_positions_that_restart_after_the_audio_are_caught_and_located(family_mo
     assert results["growth"].passed and results["shapes"].passed and results["bytes"].passed
 
 
-def test_every_details_field_the_family_checks_write_is_documented(family_model):
+def test_codebook_rows_follow_the_models_layout_and_delay_pattern(healthy):
+    """MusicGen: B x 4 rows delayed 0-3 with a T5 cross-attention cache; Dia: [B, S, 3] delayed by its config;
+    MusicGen Melody: the conditioning (5 text + 4 chroma positions) prepended in the cache."""
+    probe, results = healthy("musicgen")
+    assert "codes [B x 4, 6], start token 256 in frame 0, delays [0, 1, 2, 3]" in probe.inputs, probe.inputs
+    assert probe.record.cache_class == "EncoderDecoderCache"
+    assert len(results["codebook_parity"].details["codebook_max_abs_delta"]) == 4
+    # generate() with the guidance published MusicGen checkpoints use; it returns the decoded waveform, Dia its codes.
+    assert "guidance_scale=3.0) returns the same waveform" in results["codebook_generate"].message
+    # Codebook k's first k + 1 positions hold the start token, in the prompt and in the decoded frames alike.
+    assert results["growth"].measured == "6→7→8→9→10→11→12→13→14" and results["shapes"].measured == "[2, 4, 14, 16]"
+    dia, dia_results = healthy("dia")
+    assert "codes [B x 3, 6] as [B, S, K], start token 255 in frame 0, delays [0, 1, 2]" in dia.inputs, dia.inputs
+    assert "returns the same codes [2, 9, 3]" in dia_results["codebook_generate"].message, "1 start frame + 8 generated"
+    melody, melody_results = healthy("musicgen_melody")
+    assert "prepended conditioning of 9 positions" in melody.inputs
+    assert melody_results["growth"].measured.startswith("15→16"), "9 conditioning positions + 6 frames"
+
+
+def test_delayed_codebooks_hold_the_start_token():
+    from kvconform.families.codebook import Layout
+
+    codes = Layout(3, (0, 1, 2), 9, 8, False, "test")
+    rows = torch.zeros(6, 3, dtype=torch.long)  # B = 2, K = 3, positions 0-2
+    assert codes.delayed(rows, 0)[:3].tolist() == [[9, 0, 0], [9, 9, 0], [9, 9, 9]]
+    assert codes.delayed(rows, 2)[:3].tolist() == [[0, 0, 0], [0, 0, 0], [9, 0, 0]]
+    assert codes.to_model(rows).shape == (6, 3), "MusicGen takes the rows as they are"
+    dia = Layout(3, (0, 1, 2), 9, 8, True, "test")
+    assert dia.to_model(torch.arange(6).view(6, 1)).tolist() == [[[0, 1, 2]], [[3, 4, 5]]], "Dia: [B, S, K]"
+
+
+@pytest.fixture(scope="session")
+def crossed_codebooks(family_model) -> tuple[FamilyProbe, dict[str, CheckResult]]:
+    """MusicGen probed with the codebook_reads_another_codebook fault planted (once per session)."""
+    with planted("codebook_reads_another_codebook"):
+        return probe_and_check(family_model("musicgen"), TEXT_TO_AUDIO)
+
+
+def test_a_codebook_reading_another_codebooks_ids_is_caught_and_located(crossed_codebooks):
+    """MusicGen decode steps that write codebook 0's entry where codebook 1's belongs: parity and every codebook
+    head fail from decode step 1, the K/V localization names layer 0 at the first decoded position."""
+    probe, results = crossed_codebooks
+    prompt = probe.record.plan.prompt_length
+    assert not results["parity"].passed and not results["codebook_parity"].passed
+    assert "at decode step 1" in results["codebook_parity"].message, results["codebook_parity"].message
+    assert results["codebook_parity"].details["first_failing_step"] == 1
+    assert f"layer 0, position {prompt} (keys)" in results["parity"].message, results["parity"].message
+    assert not results["codebook_generate"].passed, "generate() with the cache decodes the crossed codebooks too"
+    assert results["growth"].passed and results["shapes"].passed and results["bytes"].passed
+
+
+def test_every_details_field_the_family_checks_write_is_documented(family_model, crossed_codebooks):
     """Healthy and faulty family cells (cross half, text-only prompt, K/V localization), with the suite's ``half``."""
     import json
 
@@ -186,6 +251,7 @@ def test_every_details_field_the_family_checks_write_is_documented(family_model)
 
     results = [*probe_and_check(family_model("llava"), VISION_LANGUAGE)[1].values(),
                *probe_and_check(family_model("t5"), SEQ2SEQ)[1].values()]
+    results += crossed_codebooks[1].values()
     with planted("cross_recomputed_short"):
         results += probe_and_check(family_model("t5"), SEQ2SEQ)[1].values()
     written = {key for result in results for key in result.details} | {"half"}
@@ -196,10 +262,11 @@ def test_every_details_field_the_family_checks_write_is_documented(family_model)
 
 
 @pytest.mark.parametrize(("model_type", "cls"), [("whisper", "WhisperForConditionalGeneration"),
-                                                ("qwen2_audio", "Qwen2AudioForConditionalGeneration")])
+                                                ("qwen2_audio", "Qwen2AudioForConditionalGeneration"),
+                                                ("dia", "DiaForConditionalGeneration")])
 def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model, tmp_path, model_type, cls):
     """``--model FOLDER``: the family comes from config.json (an encoder-decoder, a decoder-only audio-language
-    model), the auto class and the probe from the family."""
+    model, a codebook decoder), the auto class and the probe from the family."""
     from kvconform.build.models import load_master
     from kvconform.cli_models import spec_from_argument
     from kvconform.matrix import Settings

@@ -19,6 +19,7 @@ SWEEPS = {
     "seq2seq": (["bart", "t5"], {"prophetnet": "not prefix-stable by design"}),
     "image-text-to-text": (["llava", "qwen2_vl"], {}),
     "audio-text-to-text": (["qwen2_audio"], {}),
+    "text-to-audio": (["musicgen", "dia"], {"vits": "non-autoregressive"}),
 }
 
 
@@ -55,13 +56,15 @@ def test_family_entry_errors_name_the_entry(entry: dict, fragment: str) -> None:
 
 def test_family_cells_run_their_family_checks_only() -> None:
     matrix = parse([{"id": "llama", "synthetic": "llama"}, {"sweep": "seq2seq"}, {"sweep": "image-text-to-text"},
-                    {"sweep": "audio-text-to-text"}])
+                    {"sweep": "audio-text-to-text"}, {"sweep": "text-to-audio"}])
     cells = {cell.spec.id: cell for cell in expand_cells(matrix)}
-    runs = {name: {check for check in ("parity", "bytes", "generate", "ragged", "cross_growth", "encoder_once", "text_only")
+    runs = {name: {check for check in ("parity", "bytes", "generate", "ragged", "cross_growth", "encoder_once", "text_only",
+                                       "codebook_parity")
                    if check_applies(check, cell)} for name, cell in cells.items()}
     assert runs["llama"] == {"parity", "bytes", "generate"}  # ragged is off in these defaults
     assert runs["t5-s2s"] == {"parity", "bytes", "cross_growth", "encoder_once"}
     assert runs["llava-vl"] == runs["qwen2_audio-al"] == {"parity", "bytes", "text_only"}
+    assert runs["musicgen-ta"] == runs["dia-ta"] == {"parity", "bytes", "codebook_parity"}
 
 
 def test_encoder_decoder_rows_say_which_half_they_describe() -> None:
@@ -72,7 +75,8 @@ def test_encoder_decoder_rows_say_which_half_they_describe() -> None:
 
 def test_installed_sweeps_cover_the_issue_models_and_give_reasons() -> None:
     """With the installed transformers: llava, qwen2_vl, t5 and whisper run; every left-out type has a reason."""
-    runs = {family: sweep_types(family) for family in ("image-text-to-text", "seq2seq", "speech-seq2seq", "audio-text-to-text")}
+    runs = {family: sweep_types(family) for family in ("image-text-to-text", "seq2seq", "speech-seq2seq", "audio-text-to-text",
+                                                       "text-to-audio")}
     assert {"llava", "qwen2_vl"} <= set(runs["image-text-to-text"][0])
     assert {"t5", "bart"} <= set(runs["seq2seq"][0]) and "whisper" in runs["speech-seq2seq"][0]
     for family, (types, left_out) in runs.items():
@@ -82,6 +86,8 @@ def test_installed_sweeps_cover_the_issue_models_and_give_reasons() -> None:
     assert {"qwen2_audio", "voxtral"} <= set(runs["audio-text-to-text"][0]), "decoder-only audio-language types"
     assert set(runs["audio-text-to-text"][0]) | set(runs["audio-text-to-text"][1]) == {
         t for family in ("seq2seq", "speech-seq2seq") for t, reason in runs[family][1].items() if "audio-text-to-text sweep" in reason}
+    assert runs["text-to-audio"][0] == ["dia", "musicgen", "musicgen_melody"], "the codebook decoders"
+    assert "the text-to-audio sweep runs it" in runs["speech-seq2seq"][1]["dia"]
 
 
 @pytest.mark.parametrize(("config", "family"), [
@@ -90,6 +96,7 @@ def test_installed_sweeps_cover_the_issue_models_and_give_reasons() -> None:
     ({"model_type": "llava"}, "image-text-to-text"),
     ({"model_type": "qwen2_audio", "is_encoder_decoder": False}, "audio-text-to-text"),
     ({"model_type": "llama"}, "causal-lm"),
+    ({"model_type": "musicgen", "is_encoder_decoder": True}, "text-to-audio"),
 ])
 def test_a_checkpoint_config_names_its_family(config: dict, family: str) -> None:
     assert family_of_config(config) == family

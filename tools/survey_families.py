@@ -2,7 +2,7 @@
 
 Usage: python tools/survey_families.py FAMILY [TYPE ...] [--all] [--timeout 120] [--json OUT]
 
-FAMILY is image-text-to-text, seq2seq or speech-seq2seq. Without TYPEs it surveys the types the sweep
+FAMILY is image-text-to-text, seq2seq, speech-seq2seq, audio-text-to-text or text-to-audio. Without TYPEs it surveys the types the sweep
 runs (``--all``: also the ones ``families.yaml`` excludes, to re-measure their reasons). Each type runs in
 its own process under a time limit; one line per type: ``ok``, the failing checks with their first
 message line, or the exception that kept it from running. These lines are the measured reasons of

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvconform.families import CAUSAL_LM, ENCODER_DECODER, FAMILIES, MULTIMODAL
+from kvconform.families import CAUSAL_LM, ENCODER_DECODER, FAMILIES, MULTIMODAL, TEXT_TO_AUDIO
 
 if TYPE_CHECKING:  # matrix.py reads the table to validate known-failure keys
     from kvconform.matrix import Settings
@@ -110,6 +110,10 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("encoder_once", "the encoder runs once; the cross K/V written at the prefill are read at every step",
               families=ENCODER_DECODER),
     CheckInfo("text_only", "a text-only prompt on a vision- or audio-language model: parity and growth", families=MULTIMODAL),
+    CheckInfo("codebook_parity", "every codebook head's cached logits match the uncached pass at every decode step",
+              families=(TEXT_TO_AUDIO,)),
+    CheckInfo("codebook_generate", "generate() with and without the cache returns the same codes (or waveform)",
+              families=(TEXT_TO_AUDIO,)),
 )
 CHECKS: dict[str, CheckInfo] = {check.name: check for check in CHECK_TABLE}
 CHECK_ORDER: tuple[str, ...] = tuple(CHECKS)

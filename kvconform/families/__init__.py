@@ -1,4 +1,5 @@
-"""Generative families beyond causal LMs: vision-language, audio-language and encoder-decoder (text and speech).
+"""Generative families beyond causal LMs: vision-language, audio-language, encoder-decoder (text and speech) and
+codebook decoders (text-to-audio).
 
 This module is plain data (no torch): which families exist and which cache half a check's row
 describes; which checks each family runs is in ``kvconform.checks.table``. Building, inputs,
@@ -12,13 +13,15 @@ VISION_LANGUAGE = "image-text-to-text"
 SEQ2SEQ = "seq2seq"
 SPEECH_SEQ2SEQ = "speech-seq2seq"
 AUDIO_LANGUAGE = "audio-text-to-text"
-FAMILIES = (CAUSAL_LM, VISION_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, AUDIO_LANGUAGE)
+#: Codebook decoders (text-to-audio): K codebook streams per row, one logits head per codebook.
+TEXT_TO_AUDIO = "text-to-audio"
+FAMILIES = (CAUSAL_LM, VISION_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, AUDIO_LANGUAGE, TEXT_TO_AUDIO)
 #: Decoder-only families over another modality: media placeholders in the prompt, plus a text-only prompt.
 MULTIMODAL = (VISION_LANGUAGE, AUDIO_LANGUAGE)
 ENCODER_DECODER = (SEQ2SEQ, SPEECH_SEQ2SEQ)
 
 #: Suffix of a family sweep's ids (``t5-s2s``): a model_type can be in several families (bart: causal-lm and seq2seq).
-ID_SUFFIX = {VISION_LANGUAGE: "vl", SEQ2SEQ: "s2s", SPEECH_SEQ2SEQ: "speech", AUDIO_LANGUAGE: "al"}
+ID_SUFFIX = {VISION_LANGUAGE: "vl", SEQ2SEQ: "s2s", SPEECH_SEQ2SEQ: "speech", AUDIO_LANGUAGE: "al", TEXT_TO_AUDIO: "ta"}
 
 SELF_HALF = "self-attention (decoder)"
 CROSS_HALF = "cross-attention"

@@ -18,8 +18,8 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from kvconform.build.synthetic import SIZES, break_zero_init, merge_overrides, shrink_values
-from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
-from kvconform.families.registry import audio_language_names, family_model_types, family_overrides
+from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
+from kvconform.families.registry import audio_language_names, family_model_types, family_overrides, text_to_audio_names
 
 #: Tower sizes, applied to every (sub-)config field of that name whose default is a positive int.
 TOWER_SIZES = {
@@ -124,13 +124,14 @@ def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, A
 
 
 @cache
-def _audio_auto_class() -> Any:
-    """An auto class over the audio-language types (transformers 5.24 spreads them over two encoder-decoder ones)."""
+def _auto_class_over(name: str, family: str) -> Any:
+    """An auto class over a family's mapping (transformers 5.24 has none for audio-text-to-text, and spreads
+    text-to-audio over the text-to-waveform, text-to-spectrogram and speech-seq2seq ones)."""
     from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
     from transformers.models.auto.auto_mappings import CONFIG_MAPPING_NAMES
 
-    return type("AutoModelForAudioTextToText", (_BaseAutoModelClass,),
-                {"_model_mapping": _LazyAutoMapping(CONFIG_MAPPING_NAMES, OrderedDict(audio_language_names()))})
+    names = audio_language_names() if family == AUDIO_LANGUAGE else text_to_audio_names()
+    return type(name, (_BaseAutoModelClass,), {"_model_mapping": _LazyAutoMapping(CONFIG_MAPPING_NAMES, OrderedDict(names))})
 
 
 def auto_class(family: str) -> Any:
@@ -138,7 +139,9 @@ def auto_class(family: str) -> Any:
     import transformers
 
     if family == AUDIO_LANGUAGE:
-        return _audio_auto_class()
+        return _auto_class_over("AutoModelForAudioTextToText", family)
+    if family == TEXT_TO_AUDIO:
+        return _auto_class_over("AutoModelForTextToAudio", family)
     return {
         CAUSAL_LM: transformers.AutoModelForCausalLM,
         VISION_LANGUAGE: transformers.AutoModelForImageTextToText,

@@ -96,6 +96,55 @@ def text_only(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
     return CheckResult("text_only", passed, parity.measured, parity.limit, "text-only prompt: " + "\n".join(parts), details)
 
 
+def codebook_parity(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
+    """Each codebook head's logits (rows ``b * K + k``) within the parity limit at every step; names the first head
+    and step that leave it, and the heads that stay within it."""
+    heads = probe.codebook
+    if heads is None:
+        raise ValueError("not a codebook-decoder cell: no codebook heads")
+    record, k = probe.record, heads.codebooks
+    limit = tolerance.limit(record.logit_scale)
+    worst = [max(max(step[row] for row in range(head, len(step), k)) for step in heads.row_deltas) for head in range(k)]
+    per_head = ", ".join(f"{head}: {delta:.2e}" for head, delta in enumerate(worst))
+    details = {"codebook_max_abs_delta": worst, "tolerance": limit, "codebook_delays": list(heads.delays)}
+    measured = f"{max(worst):.2e}"
+    failing = [(step, row % k) for step, deltas in enumerate(heads.row_deltas) for row, delta in enumerate(deltas) if delta > limit]
+    if not failing:
+        message = f"every one of the {k} codebook heads within {limit:.2e} at every step; max |Δlogit| per head {per_head}"
+        return CheckResult("codebook_parity", True, measured, f"{limit:.2e}", message, details)
+    step, head = failing[0]
+    bad = sorted({h for _, h in failing})
+    healthy = [h for h in range(k) if h not in bad]
+    message = (f"codebook head {head} leaves the uncached pass first, at {_when(step)} (delay {heads.delays[head]}); "
+               f"heads {bad} exceed {limit:.2e}" + (f", heads {healthy} stay within it" if healthy else "")
+               + f"; max |Δlogit| per head {per_head}")
+    details.update(first_failing_step=step, first_failing_codebook=head, failing_codebooks=bad)
+    return CheckResult("codebook_parity", False, measured, f"{limit:.2e}", message, details)
+
+
+def codebook_generate(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
+    """Greedy ``generate()`` on the text prompt: the same codes (MusicGen: the same waveform) with and without the
+    cache, and every step's scores within the parity limit, with the guidance published checkpoints generate with."""
+    heads = probe.codebook
+    if heads is None:
+        raise ValueError("not a codebook-decoder cell: no codebook heads")
+    run = heads.generate
+    details: dict[str, object] = {"generate_config": run.config}
+    if run.error is not None:
+        return CheckResult("codebook_generate", False, "raised", "same output", f"generate({run.config}) raised with {run.error}", details)
+    limit = tolerance.limit(run.score_scale)
+    scores = "scores not comparable" if run.score_delta is None else f"max |Δscore| {run.score_delta:.2e} (limit {limit:.2e})"
+    details.update(score_max_abs_delta=run.score_delta, tolerance=limit)
+    if not run.equal:
+        return CheckResult("codebook_generate", False, "differs", "same output",
+                           f"generate({run.config}): {run.output} with and without the cache differ: {run.detail}; {scores}", details)
+    if run.score_delta is None or run.score_delta > limit:
+        return CheckResult("codebook_generate", False, scores, "same scores",
+                           f"generate({run.config}): the same {run.output}, but {scores} with and without the cache", details)
+    return CheckResult("codebook_generate", True, f"{run.score_delta:.2e}", f"{limit:.2e}",
+                       f"generate({run.config}) returns the same {run.output} with and without the cache; {scores}", details)
+
+
 #: Each family-only check of the table, called with (family probe, tolerance).
 _RUN: dict[str, Callable[[FamilyProbe, Tolerance], CheckResult]] = {
     "cross_growth": lambda probe, tolerance: cross_growth(probe),
@@ -103,6 +152,8 @@ _RUN: dict[str, Callable[[FamilyProbe, Tolerance], CheckResult]] = {
     "cross_bytes": lambda probe, tolerance: cross_bytes(probe),
     "encoder_once": lambda probe, tolerance: encoder_once(probe),
     "text_only": text_only,
+    "codebook_parity": codebook_parity,
+    "codebook_generate": codebook_generate,
 }
 if set(_RUN) != set(FAMILY_CHECKS):  # the check table and its functions must name the same checks
     raise ImportError(f"kvconform.families.checks binds {sorted(_RUN)}, the check table's family checks are {sorted(FAMILY_CHECKS)}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -39,6 +40,10 @@ class Driver:
     """``full ids -> output`` of one cached pass over the whole sequence, whose cache the localization compares."""
     extra_halves: dict[str, Callable[[Any], list[Any]]] = field(default_factory=dict)
     """Other per-layer halves of the cache to snapshot every step, by name (the cross-attention half)."""
+    constrain: Callable[[torch.Tensor, int], torch.Tensor] | None = None
+    """``(tokens [rows, 1], their position) -> tokens``: ids ``generate()`` forces (a codebook delay pattern)."""
+    offset: int = 0
+    """Positions the model prepends to the ids (a conditioning prefix): its logits and cache hold them first."""
 
 
 @dataclass
@@ -52,16 +57,19 @@ class FamilyRun:
     """Per extra half, per step, each layer's (keys, values) storage pointers: a rewrite changes them."""
     final_cache: Any
     full: torch.Tensor
+    row_deltas: list[list[float]]
+    """Per step, each row's max |Δlogit| (a codebook decoder's rows are its codebook heads)."""
 
 
 class _Uncached:
     """The reference as a model-like callable, for the reference-health guard."""
 
-    def __init__(self, reference: Callable[[torch.Tensor], Any]) -> None:
-        self.reference = reference
+    def __init__(self, reference: Callable[[torch.Tensor], Any], offset: int) -> None:
+        self.reference, self.offset = reference, offset
 
     def __call__(self, input_ids: torch.Tensor, use_cache: bool = False) -> Any:
-        return self.reference(input_ids)
+        output = self.reference(input_ids)
+        return SimpleNamespace(logits=output.logits[:, self.offset:]) if self.offset else output
 
 
 def _greedy(logits: torch.Tensor, forbidden: set[int]) -> torch.Tensor:
@@ -121,6 +129,8 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     start = time.perf_counter()
     for _ in range(plan.decode_steps):
         token = _greedy(logits[-1], driver.forbidden)
+        if driver.constrain is not None:
+            token = driver.constrain(token, sum(part.shape[1] for part in sequence))
         sequence.append(token)
         output = driver.step(token, cache)
         cache = returned_cache(output, cache)
@@ -133,7 +143,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     reference = driver.reference(full).logits
     timings["reference_s"] = time.perf_counter() - start
     prompt_length = driver.prompt.shape[1]
-    reference_steps = reference[:, prompt_length - 1:, :]
+    reference_steps = reference[:, driver.offset + prompt_length - 1:, :]
     steps = [_step_record(k, caches_seen[k], step_logits, reference_steps[:, k, :]) for k, step_logits in enumerate(logits)]
     finite = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     scale = float(finite.abs().max())
@@ -145,7 +155,8 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     unstable = ties = divergence = None
     if located and limit is not None:
         start = time.perf_counter()
-        unstable = prefix_instability(_Uncached(driver.reference), full, reference, [prompt_length, full.shape[1] - 1], limit)
+        unstable = prefix_instability(_Uncached(driver.reference, driver.offset), full, reference[:, driver.offset:],
+                                      [prompt_length, full.shape[1] - 1], limit)
         ties = topk_ties(lambda: driver.reference(full))
         divergence = _locate(driver, cache, full)
         timings["locate_s"] = time.perf_counter() - start
@@ -154,7 +165,9 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         max_cache_len=None, steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
         divergence=divergence, prefix_instability=unstable, topk_ties=ties, generate=None, timings=timings,
     )
-    return FamilyRun(record, halves, storage, cache, full)
+    row_deltas = [(step_logits.float() - reference_steps[:, k, :].float()).abs().nan_to_num(nan=float("inf")).amax(-1).tolist()
+                  for k, step_logits in enumerate(logits)]
+    return FamilyRun(record, halves, storage, cache, full, row_deltas)
 
 
 def _pairs(decoded: list[Any], fresh: list[Any]) -> list[Any]:
@@ -175,7 +188,7 @@ def _locate(driver: Driver, cache: Any, full: torch.Tensor) -> Divergence | None
     fresh = returned_cache(driver.fresh(full)) if driver.fresh is not None else None
     if fresh is None:
         return None
-    halves = [("", cache_layers, full.shape[1]), *((name, layers_of, None) for name, layers_of in driver.extra_halves.items())]
+    halves = [("", cache_layers, driver.offset + full.shape[1]), *((name, layers_of, None) for name, layers_of in driver.extra_halves.items())]
     paired = {name: _pairs(layers_of(cache), layers_of(fresh)) for name, layers_of, _ in halves}
     for index in range(max(len(pairs) for pairs in paired.values())):
         for name, _, length in halves:

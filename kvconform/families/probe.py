@@ -6,8 +6,9 @@ from dataclasses import dataclass, replace
 
 from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.build.models import Model
-from kvconform.families import AUDIO_LANGUAGE, CROSS_HALF, ENCODER_DECODER, VISION_LANGUAGE
+from kvconform.families import AUDIO_LANGUAGE, CROSS_HALF, ENCODER_DECODER, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families.audio import audio_inputs
+from kvconform.families.codebook import GenerateRun, probe_codebook
 from kvconform.families.decode import FamilyRun
 from kvconform.families.encoder_decoder import probe_encoder_decoder
 from kvconform.families.geometry import cross_attention_geometry, self_attention_geometry
@@ -34,6 +35,17 @@ class CrossHalf:
 
 
 @dataclass
+class CodebookHeads:
+    """A codebook decoder's rows: row ``b * codebooks + k`` is codebook head ``k`` of batch row ``b``."""
+
+    codebooks: int
+    row_deltas: list[list[float]]
+    """Per step, each row's max |Δlogit| against the uncached pass."""
+    delays: tuple[int, ...]
+    generate: GenerateRun
+
+
+@dataclass
 class FamilyProbe:
     """What a family cell's checks read: the core record and geometry, plus the family's own records."""
 
@@ -44,6 +56,7 @@ class FamilyProbe:
     """How the synthetic inputs were shaped (image recipe, encoder input)."""
     cross: CrossHalf | None = None
     text_only: ProbeRecord | None = None
+    codebook: CodebookHeads | None = None
 
 
 def _half_record(run: FamilyRun, name: str) -> ProbeRecord:
@@ -69,4 +82,9 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         )
         inputs = f"encoder: {result.recipe} -> {result.encoder_length} encoder positions"
         return FamilyProbe(result.run.record, geometry, explanation, inputs, cross=cross)
+    if family == TEXT_TO_AUDIO:
+        codes = probe_codebook(model, plan)
+        geometry, explanation = self_attention_geometry(config)
+        heads = CodebookHeads(codes.layout.codebooks, codes.run.row_deltas, codes.layout.delays, codes.generate)
+        return FamilyProbe(codes.run.record, geometry, explanation, codes.recipe, codebook=heads)
     raise ValueError(f"no family probe for {family!r}")

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
 
 
 @lru_cache(maxsize=1)
@@ -34,6 +34,8 @@ def _mapping(family: str) -> Mapping[str, str]:
 
     if family == AUDIO_LANGUAGE:
         return audio_language_names()
+    if family == TEXT_TO_AUDIO:
+        return text_to_audio_names()
     return {
         CAUSAL_LM: auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
         VISION_LANGUAGE: auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
@@ -54,6 +56,19 @@ def audio_language_names() -> dict[str, str]:
 
     names = {**auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES, **auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES}
     return {t: c for t, c in sorted(names.items()) if _is_encoder_decoder(t) is False}
+
+
+@cache
+def text_to_audio_names() -> dict[str, str]:
+    """The text-to-audio types (model type -> class): the text-to-waveform and text-to-spectrogram mappings (the
+    ``text-to-audio`` pipeline's), plus the types ``families.yaml`` names from other mappings (``also_text_to_audio``:
+    Dia, a text-to-speech model transformers 5.24 lists under the speech-seq2seq auto class)."""
+    from transformers.models.auto import modeling_auto as auto
+
+    names = {**auto.MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES, **auto.MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES}
+    speech = auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
+    names.update({t: speech[t] for t in family_table().get("also_text_to_audio") or {} if t in speech})
+    return dict(sorted(names.items()))
 
 
 def family_model_types(family: str) -> list[str]:
@@ -91,8 +106,10 @@ def _structural_reason(family: str, model_type: str) -> str | None:
                     "and text is decoded with a cross-attention cache; the vision-language cell drives decoder-only "
                     "models, and the seq2seq driver feeds its encoder text or speech, not images (not built yet)")
         return None
-    if family == AUDIO_LANGUAGE:
+    if family in (AUDIO_LANGUAGE, TEXT_TO_AUDIO):
         return None
+    if family == SPEECH_SEQ2SEQ and model_type in (family_table().get("also_text_to_audio") or {}):
+        return "text-to-speech: the text-to-audio sweep runs it (codebook-channel decoder ids)"
     if _is_encoder_decoder(model_type) is False:
         return ("decoder-only (config.is_encoder_decoder is False): an audio-language model with no cross-attention "
                 "cache; the audio-text-to-text sweep runs it")
@@ -117,6 +134,8 @@ def sweep_types(family: str) -> tuple[list[str], dict[str, str]]:
 def family_of_config(config: Mapping[str, Any]) -> str:
     """The family a checkpoint's ``config.json`` belongs to (for ``--model``)."""
     model_type = str(config.get("model_type", ""))
+    if model_type in sweep_types(TEXT_TO_AUDIO)[0]:
+        return TEXT_TO_AUDIO
     if config.get("is_encoder_decoder"):
         return SPEECH_SEQ2SEQ if model_type in _mapping(SPEECH_SEQ2SEQ) and model_type not in _mapping(SEQ2SEQ) else SEQ2SEQ
     if model_type in _mapping(VISION_LANGUAGE) and model_type not in _mapping(CAUSAL_LM):

@@ -1,0 +1,224 @@
+"""Codebook decoders (text-to-audio): K codebook streams decoded together, one distribution per codebook head.
+
+Every model of the family takes its codes as rows of ``[B * K, S]`` (row ``b * K + k`` is codebook ``k`` of batch
+row ``b``; Dia's ``[B, S, K]`` is the same ids transposed) and returns logits ``[B * K, S, vocab]`` in that order,
+so the family decode loop runs unchanged over ``B * K`` rows and each row's logits are one codebook head's.
+
+- the prompt: frame 0 holds the start token in every codebook, then random codes; codebook ``k`` holds the start
+  token at its first ``delays[k] + 1`` positions, and every decode step forces it there too, as ``generate()``'s
+  delay pattern does (MusicGen: ``build_delay_pattern_mask``, a delay of ``k``; Dia: ``config.delay_pattern``);
+- the text conditioning: an encoder-decoder (MusicGen, Dia) runs its text encoder once and every decoder call reads
+  its output (a cross-attention cache, ``EncoderDecoderCache``); MusicGen Melody prepends the projected text and
+  chroma states to the decoder sequence, so the cache holds that prefix before the codes;
+- the reference: ONE uncached pass over the whole code sequence with the same conditioning.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from kvconform.build.models import Model
+from kvconform.compat import cache_keyword
+from kvconform.families import CROSS_HALF
+from kvconform.families.decode import Driver, FamilyRun, drive
+from kvconform.families.encoder_decoder import cross_layers
+from kvconform.families.inputs import special_token_ids, text_ids
+from kvconform.probe.decode import ProbePlan
+
+#: Text tokens of the conditioning prompt.
+TEXT_TOKENS = 5
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a model's codes are laid out: codebooks, each codebook's delay, the start token, the code vocabulary."""
+
+    codebooks: int
+    delays: tuple[int, ...]
+    start: int
+    vocab: int
+    channels_last: bool
+    """Whether the forward takes ``[B, S, K]`` (Dia) rather than ``[B * K, S]`` (MusicGen)."""
+    source: str
+
+    def to_model(self, rows: torch.Tensor) -> torch.Tensor:
+        """``[B * K, S]`` rows in the layout the model's forward takes."""
+        if not self.channels_last:
+            return rows
+        return rows.reshape(-1, self.codebooks, rows.shape[-1]).transpose(1, 2).contiguous()
+
+    def delayed(self, rows: torch.Tensor, first: int) -> torch.Tensor:
+        """``rows`` (positions ``first``, ``first + 1``, …) with the start token where a codebook is still delayed."""
+        out = rows.clone()
+        codebook = torch.arange(rows.shape[0], device=rows.device) % self.codebooks
+        delays = torch.tensor(self.delays, device=rows.device)[codebook]
+        positions = torch.arange(first, first + rows.shape[1], device=rows.device)
+        out[positions[None, :] <= delays[:, None]] = self.start
+        return out
+
+
+def layout(model: Model) -> Layout:
+    """The code layout of a codebook decoder, from its config."""
+    config = model.config
+    decoder = getattr(config, "decoder", None) or getattr(config, "decoder_config", None)
+    if decoder is None:
+        raise ValueError(f"{type(config).__name__} has no decoder sub-config: not a codebook decoder this family drives")
+    if hasattr(decoder, "num_codebooks"):  # MusicGen, MusicGen Melody
+        codebooks = int(decoder.num_codebooks)
+        if getattr(decoder, "audio_channels", 1) != 1:
+            raise ValueError("stereo MusicGen (audio_channels 2) interleaves its codebooks; only mono is driven")
+        start = _first_int(model.generation_config, config, decoder, name="decoder_start_token_id")
+        return Layout(codebooks, tuple(range(codebooks)), start, int(decoder.vocab_size), False,
+                      "build_delay_pattern_mask: codebook k delayed by k (modeling_musicgen.py:851-855)")
+    delays = tuple(int(d) for d in getattr(config, "delay_pattern", None) or ())
+    codebooks = int(decoder.num_channels)
+    if len(delays) != codebooks:
+        raise ValueError(f"delay_pattern {list(delays)} does not name one delay per channel ({codebooks})")
+    return Layout(codebooks, delays, int(decoder.bos_token_id), int(decoder.vocab_size), True,
+                  "config.delay_pattern, as DiaProcessor delays the channels (processing_dia.py apply_audio_delay)")
+
+
+def _first_int(*sources: Any, name: str) -> int:
+    for source in sources:
+        value = getattr(source, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    raise ValueError(f"no {name} in the generation config or the config")
+
+
+#: Published MusicGen checkpoints generate with classifier-free guidance 3.0 (convert_musicgen_transformers.py and
+#: convert_musicgen_melody_transformers.py in transformers' repository set ``generation_config.guidance_scale = 3.0``
+#: beside ``do_sample=True``): the cell keeps the guidance, which doubles the batch through the cache, and decodes
+#: greedily so the two runs must agree. Dia keeps its own generation config (no published value checked here).
+GUIDANCE_SCALE = {"musicgen": 3.0, "musicgen_melody": 3.0}
+
+
+@dataclass(frozen=True)
+class GenerateRun:
+    """``generate()`` with and without the cache: what each returned (codes, or MusicGen's decoded waveform) and
+    how far apart their per-step scores are."""
+
+    config: str
+    output: str
+    equal: bool
+    detail: str
+    score_delta: float | None = None
+    """Max |Δ| between the two runs' processed scores over every generated step (``None``: not comparable)."""
+    score_scale: float = 0.0
+    error: str | None = None
+
+
+def run_generate(model: Model, text: torch.Tensor, new_tokens: int) -> GenerateRun:
+    """Greedy ``generate()`` on the text prompt with ``use_cache`` True and False, as a user calls it."""
+    guidance = GUIDANCE_SCALE.get(model.config.model_type)
+    settings = {"do_sample": False, "max_new_tokens": new_tokens, **({"guidance_scale": guidance} if guidance else {})}
+    described = ", ".join(f"{k}={v}" for k, v in settings.items())
+    outputs = {}
+    for use_cache in (True, False):
+        try:
+            with torch.inference_mode():
+                outputs[use_cache] = model.generate(input_ids=text, use_cache=use_cache, return_dict_in_generate=True,
+                                                    output_scores=True, **settings)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
+            return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
+    cached, uncached = outputs[True].sequences, outputs[False].sequences
+    kind = "codes" if not cached.is_floating_point() else "waveform (the codes decoded by the audio codec)"
+    shape = f"{kind} {list(cached.shape)}"
+    scores = [(a.float(), b.float()) for a, b in zip(outputs[True].scores or (), outputs[False].scores or (), strict=False)]
+    comparable = bool(scores) and all(a.shape == b.shape for a, b in scores)
+    finite = [torch.nan_to_num(b, nan=0.0, posinf=0.0, neginf=0.0) for _, b in scores]
+    # Scores a logits processor masked to -inf in both runs agree; a NaN or a one-sided inf counts as infinitely apart.
+    delta = max(float(torch.where(a == b, 0.0, torch.nan_to_num((a - b).abs(), nan=float("inf"))).max())
+                for a, b in scores) if comparable else None
+    scale = max(float(b.abs().max()) for b in finite) if comparable else 0.0
+    if cached.shape != uncached.shape:
+        return GenerateRun(described, shape, False, f"with the cache {list(cached.shape)}, without {list(uncached.shape)}", delta, scale)
+    differ = (cached != uncached).reshape(cached.shape[0], -1)
+    if not differ.any():
+        return GenerateRun(described, shape, True, "identical", delta, scale)
+    row = int(differ.any(-1).nonzero()[0])
+    index = int(differ[row].nonzero()[0])
+    return GenerateRun(described, shape, False, f"row {row} first differs at flat index {index} of {differ.shape[1]}", delta, scale)
+
+
+@dataclass
+class CodebookRun:
+    """The decode run, its code layout, how the inputs were made and what ``generate()`` did."""
+
+    run: FamilyRun
+    layout: Layout
+    recipe: str
+    generate: GenerateRun
+
+
+def _prompt(codes: Layout, plan: ProbePlan, device: torch.device) -> torch.Tensor:
+    """Random codes in every codebook row, the start token where each codebook is still delayed (frame 0 for all)."""
+    rows = text_ids(plan.batch_size * codes.codebooks, plan.prompt_length, plan.seed, codes.vocab, {codes.start})
+    return codes.delayed(rows, 0).to(device)
+
+
+def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
+    """Prefill (conditioning + code prompt), decode ``plan.decode_steps`` frames, compare with one uncached pass."""
+    codes = layout(model)
+    device = next(p.device for p in model.parameters())
+    config = model.config
+    text_config = getattr(config, "text_encoder", None) or getattr(config, "encoder_config", None) or config
+    text = text_ids(plan.batch_size, TEXT_TOKENS, plan.seed + 2, int(text_config.vocab_size), special_token_ids(text_config)).to(device)
+    prompt = _prompt(codes, plan, device)
+    melody = hasattr(model, "audio_enc_to_dec_proj")
+    make = _prefix_driver if melody else _cross_driver
+    driver, prefix, encoder_length = make(model, codes, text, prompt)
+    run_plan = replace(plan, prompt_length=prefix + plan.prompt_length)
+    run = drive(model, run_plan, driver)
+    where = f"prepended conditioning of {prefix} positions" if melody else f"cross-attention over {encoder_length} encoder positions"
+    recipe = (f"text input_ids [B, {TEXT_TOKENS}] ({where}); codes [B x {codes.codebooks}, {plan.prompt_length}]"
+              f"{' as [B, S, K]' if codes.channels_last else ''}, start token {codes.start} in frame 0, delays "
+              f"{list(codes.delays)} ({codes.source})")
+    start = time.perf_counter()
+    generated = run_generate(model, text, plan.decode_steps)
+    run.record.timings["generate_s"] = time.perf_counter() - start
+    return CodebookRun(run, codes, recipe, generated)
+
+
+def _cross_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torch.Tensor) -> tuple[Driver, int, int]:
+    """MusicGen and Dia: the text encoder once, every decoder call reads its output through cross-attention.
+    Returns (driver, positions prepended to the codes: none, encoder length)."""
+    keyword = cache_keyword(model)
+    encoded: dict[str, Any] = {"outputs": model.get_encoder()(input_ids=text)}
+
+    def decoder(ids: torch.Tensor, use_cache: bool, **extra: Any) -> Any:
+        return model(encoder_outputs=encoded["outputs"], decoder_input_ids=codes.to_model(ids), use_cache=use_cache, **extra)
+
+    driver = Driver(
+        prompt=prompt,
+        prefill=lambda: decoder(prompt, True),
+        step=lambda token, cache: decoder(token, True, **{keyword: cache}),
+        reference=lambda ids: decoder(ids, False),
+        fresh=lambda ids: decoder(ids, True),
+        constrain=codes.delayed,
+        extra_halves={CROSS_HALF: cross_layers},
+    )
+    return driver, 0, int(encoded["outputs"][0].shape[1])
+
+
+def _prefix_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torch.Tensor) -> tuple[Driver, int, int]:
+    """MusicGen Melody: the forward prepends the text and chroma conditioning to the codes; decode steps run the
+    decoder alone on the cache (``prepare_inputs_for_generation`` drops the conditioning once it is cached).
+    Returns (driver, conditioning positions prepended to the codes, the same as its encoder length)."""
+    keyword = cache_keyword(model.decoder)
+
+    def outer(ids: torch.Tensor, use_cache: bool) -> Any:
+        return model(input_ids=text, decoder_input_ids=ids, use_cache=use_cache)
+
+    def step(token: torch.Tensor, cache: Any) -> Any:
+        return model.decoder(input_ids=token, use_cache=True, **{keyword: cache})
+
+    prefix = int(outer(prompt[:, :1], False).logits.shape[1]) - 1
+    driver = Driver(prompt=prompt, prefill=lambda: outer(prompt, True), step=step,
+                    reference=lambda ids: outer(ids, False), fresh=lambda ids: outer(ids, True),
+                    constrain=codes.delayed, offset=prefix)
+    return driver, prefix, prefix
