@@ -19,8 +19,9 @@ from kvconform.probe.kv_compare import KV_ABSOLUTE_LIMIT, KV_RELATIVE_LIMIT
 
 #: Layer attributes holding states other than K/V, and what a message calls them.
 STATE_ATTRIBUTES = {"conv_states": "conv state", "recurrent_states": "recurrent state"}
-#: Cache attributes (not layers) holding per-layer states: MiniMaxCache keeps its lightning-attention states there.
-CACHE_STATE_LISTS = {"linear_cache": "linear-attention state"}
+#: Cache attributes (not layers) holding per-layer states, a list or a dict by layer index: MiniMaxCache keeps its
+#: lightning-attention states in ``linear_cache``, xLSTMCache its (C, n, m) states in ``rnn_state``.
+CACHE_STATES = {"linear_cache": "linear-attention state", "rnn_state": "recurrent state"}
 
 Key = tuple[int, str]
 """``(layer index, tensor name)``, e.g. ``(1, "conv state 0")``."""
@@ -39,10 +40,13 @@ def cache_tensors(cache: Any) -> dict[Key, tuple[str, torch.Tensor]]:
             for state, tensor in enumerate(state_tensors(getattr(layer, attribute, None))):
                 if isinstance(tensor, torch.Tensor):
                     found[(index, f"{label} {state}")] = (name, tensor)
-    for attribute, label in CACHE_STATE_LISTS.items():
-        for index, entry in enumerate(getattr(cache, attribute, None) or []):
-            if isinstance(entry, torch.Tensor):
-                found[(index, label)] = (type(cache).__name__, entry)
+    for attribute, label in CACHE_STATES.items():
+        held = getattr(cache, attribute, None)
+        entries = held.items() if isinstance(held, dict) else enumerate(held if isinstance(held, list) else [])
+        for index, entry in entries:
+            for state, tensor in enumerate(state_tensors(entry)):
+                if isinstance(tensor, torch.Tensor):
+                    found[(int(index), f"{label} {state}")] = (type(cache).__name__, tensor)
     return found
 
 
