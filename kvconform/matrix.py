@@ -32,7 +32,7 @@ SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")
 SETTING_KEYS = (
     "dtypes", "devices", "caches", "batch_size", "prompt_length", "decode_steps", "seed",
     "tolerances", "generate", "ragged", "prefix_reuse", "attentions", "variant_dtypes", "beam", "crop", "window_crossings",
-    "padded_generate", "path_dtypes", "static_paths",
+    "padded_generate", "path_dtypes", "static_paths", "chunked_prefill",
 )
 MODEL_KEYS = SETTING_KEYS + SOURCE_KEYS + (
     "id", "config", "revision", "trust_remote_code", "allow_pickle", "xfail", "exclude",
@@ -111,6 +111,8 @@ class Settings:
     path_dtypes: tuple[str, ...] | None = None
     #: Whether static-cache cells also run the reuse paths (attention variants never do: checks/table.py).
     static_paths: bool = True
+    #: Also prefill the prompt in chunks and compare with one prefill (logits, K/V and states), float32 cells.
+    chunked_prefill: bool = False
 
 
 @dataclass(frozen=True)
@@ -346,7 +348,8 @@ def _parse_settings(raw: Mapping[str, Any], base: Settings, label: str) -> Setti
     for key, minimum in (("batch_size", 1), ("prompt_length", 2), ("decode_steps", 1), ("seed", 0)):
         if key in raw:
             changes[key] = _positive_int(raw[key], label, key, minimum)
-    for key in ("generate", "ragged", "prefix_reuse", "beam", "crop", "padded_generate", "window_crossings", "static_paths"):
+    for key in ("generate", "ragged", "prefix_reuse", "beam", "crop", "padded_generate", "window_crossings", "static_paths",
+                "chunked_prefill"):
         if key in raw:
             changes[key] = _expect(raw[key], bool, label, key)
     if "tolerances" in raw:

@@ -74,6 +74,15 @@ def test_window(cell, outcome, verdict):
     verdict(run("window", cell, outcome))
 
 
+@pytest.mark.kvconform_check("chunked_prefill")
+def test_chunked_prefill(cell, outcome, verdict):
+    """The prompt prefilled in two or three cached forwards equals one prefill (logits, K/V, conv/recurrent states)."""
+    chunked = outcome.record.chunked if outcome.record is not None else None
+    if chunked is not None and chunked.not_applicable:
+        pytest.skip(f"not applicable: {chunked.not_applicable}")
+    verdict(run("chunked_prefill", cell, outcome))
+
+
 @pytest.mark.kvconform_check("beam")
 def test_beam(cell, outcome, verdict):
     """Beam search with and without the cache returns the same beams with the same scores."""

@@ -17,6 +17,7 @@ from transformers.cache_utils import (
     DynamicLayer,
     DynamicSlidingWindowLayer,
     Fp8QuantizedLayer,
+    LinearAttentionLayer,
     StaticLayer,
     StaticSlidingWindowLayer,
 )
@@ -304,7 +305,38 @@ def cached_prefill_shift() -> list[Patch]:
     return [(LlamaForCausalLM, "forward", forward)]
 
 
+def chunk_conv_state_dropped() -> list[Patch]:
+    """A multi-token forward on a filled linear-attention layer is taken for a prefill: the conv state the earlier
+    tokens left is dropped (zero-padded instead), so the next chunk's causal conv cannot see them. One-token decode
+    steps (``seq_len == 1`` takes the models' own update path) and prefills into an empty cache are unchanged."""
+    original = LinearAttentionLayer.update_conv_state
+
+    def update_conv_state(self: Any, conv_states: torch.Tensor, state_idx: int = 0, *args: Any, **kwargs: Any) -> torch.Tensor:
+        if conv_states.shape[-1] > 1:
+            self.has_previous_state[state_idx] = False
+        return original(self, conv_states, state_idx, *args, **kwargs)
+
+    return [(LinearAttentionLayer, "update_conv_state", update_conv_state)]
+
+
+def prefix_copy_shares_recurrent_state() -> list[Patch]:
+    """``copy.deepcopy`` of a linear-attention layer copies everything but its recurrent states, which the copy shares
+    with the original: a later in-place state update of the copy (``copy_``) advances the original too."""
+    import copy
+
+    def deepcopy(self: Any, memo: dict[int, Any]) -> Any:
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        for name, value in vars(self).items():
+            setattr(copied, name, value if name == "recurrent_states" else copy.deepcopy(value, memo))
+        return copied
+
+    return [(LinearAttentionLayer, "__deepcopy__", deepcopy)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
+    "chunk_conv_state_dropped": chunk_conv_state_dropped,
+    "prefix_copy_shares_recurrent_state": prefix_copy_shares_recurrent_state,
     "cached_prefill_shift": cached_prefill_shift,
     "beam_not_reordered": beam_not_reordered,
     "crop_one_short": crop_one_short,

@@ -406,7 +406,9 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
     over = [k for k, d in enumerate(path.step_max_abs_delta) if d > limit]
     if path.replay is not None:
         details["selection_replay"] = replay_details(path.replay)
-    rescued = bool(over) and path.replay is not None and path.replay.agrees(limit)
+    states_differ = path.states is not None and bool(path.states.differing)
+    replayed_differ = path.replayed_states is not None and bool(path.replayed_states.differing)
+    rescued = bool(over or states_differ) and path.replay is not None and path.replay.agrees(limit) and not replayed_differ
     if rescued and path.replay is not None:
         replayed = max(path.replay.step_max_abs_delta)
         note = (f"[near-tie selections] not a cache fault: {path.replay.describe(limit)}; without the replay |Δ| {worst:.3g} "
@@ -427,6 +429,10 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
                             f"differs already: {record.prefill_split.describe()}")
         if path.replay is not None:
             problems.append(path.replay.describe(limit))
+    if states_differ and not rescued and path.states is not None:
+        problems.append(f"after the extend the copy's cache differs from one prefill of the same {path.first_length} tokens: "
+                        f"{path.states.summary()}")
+    problems += _original_problems(path, limit)
     expected = [path.first_length + k for k in range(len(path.seq_lengths))]
     if any(length is not None for length in path.seq_lengths) and path.seq_lengths != expected:
         problems.append(f"get_seq_length() trace {path.seq_lengths}, expected {expected}")
@@ -438,11 +444,26 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
             break
     if not problems:
         message = f"{path.description}: max |Δlogit| {worst:.2e} ≤ {limit:.2e}; cache grew by one per step; shapes match"
+        if path.states is not None and not states_differ:
+            message += f"; after the extend {path.states.summary()}; the original prefix, extended again, gives the copy's logits"
         if rescued:
             message += f"; {note}"
         return CheckResult(name, True, f"{worst:.2e}", f"{limit:.2e}", message, details, Figure(worst, limit, "logit"))
     text = f"{path.description}: " + "; ".join(problems)
     return CheckResult(name, False, f"{worst:.2e}", f"{limit:.2e}", text, details, Figure(worst, limit, "logit"))
+
+
+def _original_problems(path: Any, limit: float) -> list[str]:
+    """prefix_reuse: the original prefix cache must be left as it was while its copy is extended and decoded."""
+    problems = []
+    if path.original_changed is not None:
+        problems.append(f"the original prefix cache's {path.original_changed} changed while its copy was extended and decoded: "
+                        "the copy shares it (copy.deepcopy did not copy it)")
+    if path.original_delta is not None and path.original_delta > limit:
+        outside = "" if path.original_changed else " although none of its cache tensors changed: the copy advanced state kept outside the cache"
+        problems.append(f"the original prefix cache, extended again by the same tokens, leaves the copy's extend by |Δ| "
+                        f"{path.original_delta:.3g} > limit {limit:.3g}{outside}")
+    return problems
 
 
 def window(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGeometry) -> CheckResult:
@@ -469,6 +490,103 @@ def window(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGeometry) -
                    "get_mask_sizes = the K/V update() returned, at every step")
         return CheckResult("window", True, f"{worst:.2e}", f"{limit:.2e}", message, details, figure)
     return CheckResult("window", False, f"{worst:.2e}", f"{limit:.2e}", "; ".join(problems), details, figure)
+
+
+def chunked_prefill(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGeometry) -> CheckResult:
+    """The prompt prefilled in chunks equals one prefill: every chunk's logits at its positions, ``get_seq_length()``
+    after each chunk, the stored shapes, every K/V and conv/recurrent state after the last chunk, and
+    ``generate(prefill_chunk_size=...)``'s tokens (dynamic cells)."""
+    chunked = record.chunked
+    if chunked is None or chunked.not_applicable:
+        why = (chunked.not_applicable if chunked else None) or "chunked_prefill is not enabled for this cell"
+        return CheckResult("chunked_prefill", True, "not run", "", why)
+    if chunked.error is not None:
+        return CheckResult("chunked_prefill", False, "error", "", f"the chunked prefill raised {chunked.error}")
+    limit = tolerance.limit(chunked.logit_scale)
+    deltas = chunked.step_max_abs_delta
+    worst = max(deltas)
+    sizes = "+".join(str(step.length) for step in chunked.steps)
+    what = f"the {record.plan.prompt_length}-token prompt in {len(chunked.steps)} cached forwards ({sizes}, prefill_chunk_size={chunked.chunk_size})"
+    details: dict[str, Any] = {"chunk_max_abs_delta": deltas, "tolerance": limit, "logit_scale": chunked.logit_scale,
+                               "seq_length_trace": [step.seq_length for step in chunked.steps]}
+    if chunked.replay is not None:
+        details["selection_replay"] = replay_details(chunked.replay)
+    states = chunked.states
+    if states is not None:
+        details["states"] = {"compared": states.compared, "kv_compared": states.kv_compared,
+                             "differing": [d.describe() for d in states.differing]}
+    problems = _chunk_problems(chunked, record, geometry, limit)
+    figure = Figure(worst, limit, "logit")
+    rescued = bool(problems) and chunked.replay is not None and chunked.replay.agrees(limit) and not (
+        chunked.replayed_states is not None and chunked.replayed_states.differing) and not _generate_problem(chunked)
+    if rescued and chunked.replay is not None:
+        note = (f"[near-tie selections] not a cache fault: {chunked.replay.describe(limit)}; without the replay: "
+                + "; ".join(problems))
+        return CheckResult("chunked_prefill", True, f"{max(chunked.replay.step_max_abs_delta):.2e}", f"{limit:.2e}",
+                           f"{what}: {note}", details, figure)
+    if problems:
+        details["diagnosis"] = diagnosis = "top-k ties" if chunked.topk_ties is not None else "cache fault"
+        if chunked.topk_ties is not None:
+            problems.append(f"not a cache fault: {chunked.topk_ties.describe()}")
+        if chunked.replay is not None:
+            problems.append(chunked.replay.describe(limit))
+        return CheckResult("chunked_prefill", False, f"{worst:.2e}", f"{limit:.2e}", f"[{diagnosis}] {what}: " + "; ".join(problems),
+                           details, figure)
+    message = (f"{what} equals one prefill: max |Δlogit| {worst:.2e} ≤ {limit:.2e} over every chunk's positions; "
+               f"get_seq_length() {'→'.join(str(step.seq_length) for step in chunked.steps)}; {states.summary() if states else ''}")
+    gen = chunked.generate
+    if gen is not None:
+        message += (f"; generate(prefill_chunk_size={chunked.chunk_size}): {gen.not_applicable}" if gen.not_applicable else
+                    f"; generate(prefill_chunk_size={chunked.chunk_size}) picks the plain generate()'s {len(gen.plain_tokens[0])} tokens")
+    return CheckResult("chunked_prefill", True, f"{worst:.2e}", f"{limit:.2e}", message, details, figure)
+
+
+def _chunk_problems(chunked: Any, record: ProbeRecord, geometry: CacheGeometry, limit: float) -> list[str]:
+    """What the chunked prefill got wrong, first the first chunk whose logits leave one prefill, then the caches."""
+    problems = []
+    over = [k for k, step in enumerate(chunked.steps) if step.max_abs_delta > limit]
+    if over:
+        step = chunked.steps[over[0]]
+        writers = "chunk 1" if over[0] == 1 else f"chunks 1-{over[0]}"
+        reads = f", the first to read the cache {writers} wrote" if over[0] else ""
+        problems.append(
+            f"chunk {over[0] + 1} (tokens {step.start}-{step.start + step.length - 1}{reads}) leaves one prefill: |Δ| "
+            f"{step.max_abs_delta:.3g} at position {step.worst_position}, batch row {step.worst_row} > limit {limit:.3g}; "
+            "per-chunk max |Δ|: " + ", ".join(f"{d:.2e}" for d in chunked.step_max_abs_delta))
+    states = chunked.states
+    if states is not None and states.differing:
+        problems.append(f"after the last chunk the cache differs from one prefill's: {states.summary()}")
+        if chunked.boundary is not None:
+            tokens, first = chunked.boundary
+            problems.append(f"first at the chunk boundary after {tokens} tokens (against one prefill of {tokens}): {first.differing[0].describe()}")
+    elif over:
+        problems.append("every K/V and conv/recurrent state equals one prefill's: suspect the chunk's attention mask or positions")
+    trace = [step.seq_length for step in chunked.steps]
+    expected = [step.start + step.length for step in chunked.steps]
+    if any(length is not None for length in trace) and trace != expected:
+        problems.append(f"get_seq_length() after each chunk {trace}, expected {expected}")
+    for layer, state in zip(geometry.layers, chunked.final_layers, strict=False):
+        problem = _layer_shape_problem(layer, state, record.plan.batch_size, record.plan.prompt_length, record)
+        if problem:
+            problems.append(f"after the last chunk, layer {layer.index} ({state.layer_class}; {layer.reason}): {problem.text}")
+            break
+    generated = _generate_problem(chunked)
+    return problems + ([generated] if generated else [])
+
+
+def _generate_problem(chunked: Any) -> str | None:
+    gen = chunked.generate
+    if gen is None or gen.not_applicable:
+        return None
+    call = f"generate(prefill_chunk_size={chunked.chunk_size})"
+    if gen.error is not None:
+        return f"{call} raised {gen.error}"
+    if gen.first_divergence is None:
+        return None
+    k = gen.first_divergence
+    rows = [r for r, (a, b) in enumerate(zip(gen.chunked_tokens, gen.plain_tokens, strict=True)) if a[k] != b[k]]
+    return (f"{call}'s greedy tokens part from the plain cached generate()'s at generated token {k} (rows {rows}: "
+            f"{[gen.chunked_tokens[r][k] for r in rows]} vs {[gen.plain_tokens[r][k] for r in rows]})")
 
 
 def _against(prompt: int, windows: list[int]) -> str:
@@ -528,6 +646,7 @@ _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResu
         record.extras.get("attn_agreement"), tolerance),
     "quantized_kv": lambda record, geometry, explanation, tolerance: path_checks.quantized_kv(record.quantized),
     "window": lambda record, geometry, explanation, tolerance: window(record, tolerance, geometry),
+    "chunked_prefill": lambda record, geometry, explanation, tolerance: chunked_prefill(record, tolerance, geometry),
 }
 #: Checks that read a record the runner adds beside the probe's (``ProbeRecord.extras``).
 EXTRA_CHECKS = ("beam", "padded_generate", "attn_agreement")
@@ -554,4 +673,6 @@ def _ran(name: str, record: ProbeRecord) -> bool:
         return record.kv_parity is not None
     if name == "window":
         return record.window is not None and not record.window.not_applicable
+    if name == "chunked_prefill":
+        return record.chunked is not None and not record.chunked.not_applicable
     return name != "quantized_kv" or record.quantized is not None

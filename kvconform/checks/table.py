@@ -37,7 +37,8 @@ class CheckInfo:
     families: tuple[str, ...] = FAMILIES
     """The model families whose cells run the check (``kvconform.families``)."""
     reuse_path: bool = False
-    """A path that drives the cache beyond the decode (generate, ragged, prefix reuse, crop, padded generate): it also
+    """A path that drives the cache beyond the decode (generate, ragged, prefix reuse, crop, padded generate, chunked
+    prefill): it also
     follows the matrix's ``path_dtypes`` and ``static_paths``."""
 
     def applies(self, settings: Settings, dtype: str, family: str, cache: str = "dynamic",
@@ -90,6 +91,9 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("window", "sliding-window and chunked layers decoded from prompts shorter than and equal to the "
               "window: parity, growth, shapes and mask sizes at every step", enabled_by="window_crossings", float32_only=True,
               caches=FULL_PRECISION, attention="default", families=CAUSAL),
+    CheckInfo("chunked_prefill", "the prompt prefilled in chunks (generate(prefill_chunk_size=...)) equals one prefill: "
+              "every chunk's logits, every K/V and conv/recurrent state, generate()'s tokens", enabled_by="chunked_prefill",
+              float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
     # With the model's own attention: on 5.24 every beam failure of an eager cell repeated its sdpa cell's (docs/performance.md).
     CheckInfo("beam", "beam search with and without the cache returns the same beams and scores", enabled_by="beam",
               float32_only=True, caches=("dynamic",), attention="default", families=CAUSAL),

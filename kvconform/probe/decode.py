@@ -32,6 +32,7 @@ from kvconform.probe.cache_io import (
     returned_cache,
     seq_length,
 )
+from kvconform.probe.chunked import ChunkedRecord, run_chunked, run_chunked_generate
 from kvconform.probe.crop import run_crop
 from kvconform.probe.fp8_design import compare_with_design, design_cache
 from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
@@ -65,6 +66,8 @@ class ProbePlan:
     reorder: bool = False
     #: Also decode sliding/chunked layers from prompts shorter than and equal to the window.
     window: bool = False
+    #: Also prefill the prompt in chunks (as ``generate(prefill_chunk_size=...)``) and compare with one prefill.
+    chunked_prefill: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
 
@@ -136,6 +139,8 @@ class ProbeRecord:
     """Decode steps where a layer's ``get_mask_sizes`` kv_length is not the K/V length its ``update()`` returned."""
     window: WindowRecord | None = None
     """Set when the cell crossed its windows from shorter prompts (``not_applicable``: no windowed layer)."""
+    chunked: ChunkedRecord | None = None
+    """Set when the cell prefilled its prompt in chunks against one prefill."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Records the runner adds beside the probe's: ``beam``, ``padded_generate``, ``attn_agreement``."""
 
@@ -262,11 +267,11 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
             start = time.perf_counter()
             try:
                 paths[name] = path = run()
-                if plan.locate_tolerance is not None and max(path.step_max_abs_delta) > plan.locate_tolerance.limit(path.logit_scale):
+                if plan.locate_tolerance is not None and _path_fails(path, plan.locate_tolerance.limit(path.logit_scale)):
                     path.topk_ties = topk_ties(run)  # a failing path: were its selections decided by ties?
                     if name != "reorder":  # reorder compares two cached runs: no uncached selections to replay
                         rerun = partial(run_ragged, model, plan, keyword, path.fed) if name == "ragged" else run
-                        path.replay = _replay_path(model, dtype, name, rerun, full)
+                        path.replay = _replay_path(model, dtype, name, rerun, full, path)
             except Exception as exc:  # noqa: BLE001 - a crash in one path fails that path's check only
                 paths[name] = failed_path(name, exc)
             timings[f"{name}_s"] = time.perf_counter() - start
@@ -277,11 +282,22 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         window = _window(model, plan, keyword, uncached, full)
         timings["window_s"] = time.perf_counter() - start
 
+    chunked = None
+    if plan.chunked_prefill:
+        start = time.perf_counter()
+        chunked = _chunked(model, plan, keyword, full, dtype)
+        timings["chunked_prefill_s"] = time.perf_counter() - start
+
     generate = None
     if plan.generate:
         start = time.perf_counter()
         generate = run_generate(model, prompt, plan.decode_steps, plan.cache)
         timings["generate_s"] = time.perf_counter() - start
+    if chunked is not None and chunked.steps and plan.cache == "dynamic":  # the path users run, with generate()'s own cache
+        start = time.perf_counter()
+        plain = generate.cached_tokens if generate is not None and generate.error is None else None
+        chunked.generate = run_chunked_generate(model, prompt, plan.decode_steps, chunked.chunk_size, plain)
+        timings["chunked_generate_s"] = time.perf_counter() - start
 
     return ProbeRecord(
         plan=plan,
@@ -300,6 +316,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         replay=replay,
         generate=generate,
         window=window,
+        chunked=chunked,
         mask_compared=watch.compared,
         mask_problems=mask_problems,
         paths=paths,
@@ -319,6 +336,29 @@ def _window(model: Model, plan: ProbePlan, keyword: str, reference: torch.Tensor
         return WindowRecord([], [], 0.0, error=f"{type(exc).__name__}: {exc}"[:500])
 
 
+def _chunked(model: Model, plan: ProbePlan, keyword: str, full: torch.Tensor, dtype: str) -> ChunkedRecord:
+    """The chunked prefill; where it fails, were its selections decided by ties, or by rounding (replayed)?"""
+    run = partial(run_chunked, model, plan, keyword, full)
+    try:
+        record = run()
+    except PathNotApplicable as exc:
+        return ChunkedRecord(not_applicable=str(exc))
+    except Exception as exc:  # noqa: BLE001 - a crash of the chunked prefill fails its check only
+        return ChunkedRecord(error=f"{type(exc).__name__}: {exc}"[:500])
+    limit = plan.locate_tolerance.limit(record.logit_scale) if plan.locate_tolerance is not None else float("inf")
+    if max(record.step_max_abs_delta) > limit or (record.states is not None and record.states.differing):
+        record.topk_ties = topk_ties(run)
+        replayed: list[ChunkedRecord] = []
+
+        def rerun() -> list[float]:
+            replayed.append(run())
+            return replayed[-1].step_max_abs_delta
+
+        record.replay = replay_selections(model, getattr(torch, dtype), rerun, lambda: model(input_ids=full, use_cache=False))
+        record.replayed_states = replayed[-1].states if replayed else None
+    return record
+
+
 def _prefill_split(model: Model, keyword: str, prompt: torch.Tensor, reference_steps: torch.Tensor, delta: float,
                    limit: float, cache_class: str) -> PrefillSplit:
     """The failing prefill again into an empty config-less ``DynamicCache``: does the split follow the cache class?"""
@@ -332,14 +372,28 @@ def _prefill_split(model: Model, keyword: str, prompt: torch.Tensor, reference_s
     return PrefillSplit(delta, plain, cache_class, limit)
 
 
-def _replay_path(model: Model, dtype: str, name: str, run: Callable[[], PathRecord], full: torch.Tensor) -> SelectionReplay | None:
+def _path_fails(path: PathRecord, limit: float) -> bool:
+    """Whether a path's logits, its cache against one prefill, or its reused original fail at ``limit``."""
+    return (max(path.step_max_abs_delta) > limit or (path.states is not None and bool(path.states.differing))
+            or (path.original_delta or 0.0) > limit)
+
+
+def _replay_path(model: Model, dtype: str, name: str, run: Callable[[], PathRecord], full: torch.Tensor,
+                 path: PathRecord) -> SelectionReplay | None:
     """A failing path again with the uncached selections forced in: ragged's own per-row passes (``run`` feeds the
-    tokens the path decoded), else the main one."""
+    tokens the path decoded), else the main one. The replayed run's cache comparison goes to ``path.replayed_states``."""
+    reruns: list[PathRecord] = []
 
     def uncached() -> object:
         return run() if name == "ragged" else model(input_ids=full, use_cache=False)
 
-    return replay_selections(model, getattr(torch, dtype), lambda: run().step_max_abs_delta, uncached)
+    def replayed() -> list[float]:
+        reruns.append(run())
+        return reruns[-1].step_max_abs_delta
+
+    replay = replay_selections(model, getattr(torch, dtype), replayed, uncached)
+    path.replayed_states = reruns[-1].states if reruns else None
+    return replay
 
 
 def _decode_deltas(model: Model, keyword: str, plan: ProbePlan, full: torch.Tensor, reference_steps: torch.Tensor) -> list[float]:

@@ -3,7 +3,10 @@
 - ragged: rows of different lengths, left-padded with an attention mask; every row's cached logits
   must match that row's own unpadded uncached pass.
 - prefix reuse: a prefilled prefix cache is copied and continued (a multi-token extend, then decode);
-  the result must match the uncached reference exactly as a fresh run does.
+  the result must match the uncached reference exactly as a fresh run does, the extended copy must hold what
+  one prefill of the same tokens holds (K/V and conv/recurrent states), and the original must be left as it
+  was: extended again by the same tokens it gives the copy's logits (a copy that shares a state with it, in the
+  cache or on the model's modules, fails here).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from kvconform.probe.cache_io import (
     returned_cache,
     seq_length,
 )
+from kvconform.probe.cache_state import StateComparison, cache_tensors, compare_states, snapshot
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.ragged_rows import ragged_row_lengths
 from kvconform.probe.reference_health import TopkTies
@@ -60,6 +64,14 @@ class PathRecord:
     """Set when the path failed on a model that selects: the path run again with the uncached selections."""
     fed: list[list[int]] | None = None
     """The tokens decoded after the prefill, per row, where a rerun must feed the same ones (ragged)."""
+    states: StateComparison | None = None
+    """prefix_reuse: the extended copy's cache against one prefill of the same tokens (K/V, conv/recurrent states)."""
+    replayed_states: StateComparison | None = None
+    """The same comparison in the replayed run (the uncached selections forced in)."""
+    original_delta: float | None = None
+    """prefix_reuse: max |Δlogit| of the original prefix extended again by the same tokens against the copy's extend."""
+    original_changed: str | None = None
+    """prefix_reuse: the first tensor of the original prefix cache that changed while its copy ran (shared state)."""
 
 
 class PathNotApplicable(RuntimeError):
@@ -174,21 +186,25 @@ def run_ragged(model: Model, plan: Any, keyword: str, feed: list[list[int]] | No
 @torch.inference_mode()
 def run_prefix_reuse(model: Model, plan: Any, keyword: str, expected: torch.Tensor,
                      sequence: torch.Tensor) -> PathRecord:
-    """Prefill P-2 tokens, copy that cache, extend the copy by 2 tokens at once, then decode the same tokens.
+    """Prefill P-2 tokens, copy that cache, extend the copy by 2 tokens at once, then decode the same tokens; compare
+    the extended copy with one prefill of P tokens, then extend the original again by the same 2 tokens.
 
     ``sequence`` is the main probe's fed tokens (P + N) and ``expected`` its uncached logits at positions
     P-1 … P+N-1 [B, N+1, V].
     """
-    prompt_length = plan.prompt_length
+    prompt_length, total = plan.prompt_length, sequence.shape[1]
     prefix = max(1, prompt_length - 2)
-    stored, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, sequence.shape[1]), input_ids=sequence[:, :prefix],
+    extend = sequence[:, prefix:prompt_length]
+    stored, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prefix],
                                       **keep_logits(model, 1))
+    before = snapshot(stored)
     reused = copy.deepcopy(stored)
-    output = model(input_ids=sequence[:, prefix:prompt_length], use_cache=True, **keep_logits(model, 1), **{keyword: reused})
+    output = model(input_ids=extend, use_cache=True, **keep_logits(model, 1), **{keyword: reused})
     logits = [output.logits[:, -1, :]]
     reused = returned_cache(output, reused)
+    extended = snapshot(reused)
     lengths = [seq_length(reused)]
-    for position in range(prompt_length, sequence.shape[1]):
+    for position in range(prompt_length, total):
         output = model(input_ids=sequence[:, position : position + 1], use_cache=True, **{keyword: reused})
         reused = returned_cache(output, reused)
         logits.append(output.logits[:, -1, :])
@@ -196,4 +212,15 @@ def run_prefix_reuse(model: Model, plan: Any, keyword: str, expected: torch.Tens
     deltas = [row_delta(cached, expected[:, step, :]) for step, cached in enumerate(logits)]
     scale = float(torch.nan_to_num(expected.float()).abs().max())
     description = f"a copied {prefix}-token prefix cache extended by {prompt_length - prefix} tokens at once, then decoded"
-    return summarize("prefix_reuse", deltas, scale, description, lengths, prompt_length, reused)
+    record = summarize("prefix_reuse", deltas, scale, description, lengths, prompt_length, reused)
+    dtype = next(model.parameters()).dtype
+    now = cache_tensors(stored)
+    record.original_changed = next((f"layer {layer} ({name}) {tensor}" for (layer, tensor), (name, old) in before.items()
+                                    if (layer, tensor) not in now or not torch.equal(old, now[(layer, tensor)][1])), None)
+    fresh, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prompt_length],
+                                     **keep_logits(model, 1))
+    record.states = compare_states(extended, snapshot(fresh), dtype)
+    again = model(input_ids=extend, use_cache=True, **keep_logits(model, 1), **{keyword: stored}).logits[:, -1, :]
+    record.original_delta = float(row_delta(again, logits[0]).max())
+    return record
+

@@ -1,0 +1,156 @@
+"""Chunked prefill: the prompt fed in two or three cached forwards must equal one prefill.
+
+This is what ``generate(prefill_chunk_size=...)`` does (GenerationMixin's chunked prefill): every chunk after
+the first is a multi-token forward that reads the cache the earlier chunks wrote, the K/V of attention layers
+and the conv and recurrent states of SSM and linear-attention layers. The probe prefills the prompt once into a
+fresh cache of the cell's kind (all positions' logits: the reference), then again chunk by chunk into another
+one, and compares every chunk's logits at its positions and, after the last chunk, every tensor of the two
+caches. Where they differ, each chunk boundary's cache is compared with one prefill of as many tokens, so the
+record names the first boundary whose cache already differs, the layer, and whether K/V or a state.
+
+On dynamic cells it also runs ``generate(prefill_chunk_size=...)``, the path users run, against the plain
+cached ``generate()`` of the cell.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kvconform.build.models import Model
+from kvconform.probe.cache_io import forward_keeping_cache, new_cache, seq_length
+from kvconform.probe.cache_state import StateComparison, compare_states, snapshot
+from kvconform.probe.layer_state import LayerState, snapshot_layers
+from kvconform.probe.reference_health import TopkTies
+from kvconform.probe.selections import SelectionReplay
+from kvconform.probe.variants import PathNotApplicable, row_delta
+
+#: Forwards the prompt is split into (the last chunk may be shorter), as ``prefill_chunk_size = ceil(P / 3)``.
+CHUNKS = 3
+
+
+def chunk_size(prompt_length: int) -> int:
+    """The ``prefill_chunk_size`` that splits the prompt into :data:`CHUNKS` forwards of at least 2 tokens."""
+    if prompt_length < 4:
+        raise PathNotApplicable(f"a {prompt_length}-token prompt has no two chunks of 2 or more tokens")
+    return max(2, -(-prompt_length // CHUNKS))
+
+
+@dataclass
+class ChunkStep:
+    """One chunk's forward: its logits at its positions against one prefill's."""
+
+    start: int
+    length: int
+    max_abs_delta: float
+    worst_position: int
+    worst_row: int
+    seq_length: int | None
+
+
+@dataclass
+class ChunkedGenerate:
+    """``generate(prefill_chunk_size=...)`` against the cell's plain cached ``generate()``."""
+
+    chunked_tokens: list[list[int]]
+    plain_tokens: list[list[int]]
+    first_divergence: int | None
+    error: str | None = None
+    not_applicable: str | None = None
+    """transformers refuses chunked prefill for the model (its words)."""
+
+
+@dataclass
+class ChunkedRecord:
+    """A chunked prefill of the prompt against one prefill of it."""
+
+    chunk_size: int = 0
+    steps: list[ChunkStep] = field(default_factory=list)
+    logit_scale: float = 0.0
+    states: StateComparison | None = None
+    """The cache after the last chunk against one prefill's (K/V and conv/recurrent states)."""
+    boundary: tuple[int, StateComparison] | None = None
+    """Where the caches differ: the first chunk boundary (tokens) whose cache differs from one prefill of as many."""
+    final_layers: list[LayerState] = field(default_factory=list)
+    generate: ChunkedGenerate | None = None
+    error: str | None = None
+    not_applicable: str | None = None
+    topk_ties: TopkTies | None = None
+    replay: SelectionReplay | None = None
+    replayed_states: StateComparison | None = None
+    """The caches compared again in the replayed run (the uncached selections forced in)."""
+
+    @property
+    def step_max_abs_delta(self) -> list[float]:
+        return [step.max_abs_delta for step in self.steps]
+
+
+def _prefill(model: Model, keyword: str, kind: str, max_len: int, ids: torch.Tensor) -> tuple[Any, Any]:
+    return forward_keeping_cache(model, keyword, new_cache(model, kind, max_len), input_ids=ids)
+
+
+@torch.inference_mode()
+def run_chunked(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -> ChunkedRecord:
+    """Prefill the first ``plan.prompt_length`` tokens of ``sequence`` once and in chunks; compare logits and caches."""
+    size = chunk_size(plan.prompt_length)
+    prompt, total = sequence[:, : plan.prompt_length], sequence.shape[1]
+    dtype = next(model.parameters()).dtype
+    one_cache, one = _prefill(model, keyword, plan.cache, total, prompt)
+    reference = one.logits[:, -plan.prompt_length :, :]
+    one_states = snapshot(one_cache)
+    cache = new_cache(model, plan.cache, total)
+    steps, snapshots = [], []
+    for start in range(0, plan.prompt_length, size):
+        ids = prompt[:, start : start + size]
+        cache, output = forward_keeping_cache(model, keyword, cache, input_ids=ids)
+        logits = output.logits[:, -ids.shape[1] :, :]
+        deltas = torch.stack([row_delta(logits[:, k], reference[:, start + k]) for k in range(ids.shape[1])], dim=1)  # [B, n]
+        flat = int(deltas.argmax())
+        row, offset = divmod(flat, deltas.shape[1])
+        steps.append(ChunkStep(start, ids.shape[1], float(deltas.max()), start + offset, row, seq_length(cache)))
+        snapshots.append(snapshot(cache))
+    record = ChunkedRecord(size, steps, float(torch.nan_to_num(reference.float()).abs().max()),
+                           compare_states(snapshots[-1], one_states, dtype), final_layers=snapshot_layers(cache))
+    if record.states is not None and record.states.differing:
+        record.boundary = _first_boundary(model, keyword, plan.cache, total, prompt, steps, snapshots, dtype)
+    return record
+
+
+def _first_boundary(model: Model, keyword: str, kind: str, total: int, prompt: torch.Tensor, steps: list[ChunkStep],
+                    snapshots: list[dict[Any, Any]], dtype: torch.dtype) -> tuple[int, StateComparison] | None:
+    """The first chunk boundary whose cache differs from one prefill of as many tokens (the first chunk is one)."""
+    for step, states in zip(steps[1:], snapshots[1:], strict=True):
+        end = step.start + step.length
+        one_cache, _ = _prefill(model, keyword, kind, total, prompt[:, :end])
+        compared = compare_states(states, snapshot(one_cache), dtype)
+        if compared.differing:
+            return end, compared
+    return None
+
+
+@torch.inference_mode()
+def run_chunked_generate(model: Model, prompt: torch.Tensor, steps: int, size: int,
+                         plain: list[list[int]] | None) -> ChunkedGenerate:
+    """Greedy ``generate(prefill_chunk_size=size)`` against ``plain`` (the plain cached generate's tokens; run
+    here when the cell's own generate() did not return them)."""
+    from transformers import GenerationConfig
+
+    def greedy(chunk: int | None) -> list[list[int]]:
+        config = copy.deepcopy(model.generation_config) if model.generation_config is not None else GenerationConfig()
+        config.update(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, num_beams=1, use_cache=True,
+                      eos_token_id=None, pad_token_id=0, prefill_chunk_size=chunk)
+        return model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))[:, prompt.shape[1] :].tolist()
+
+    try:
+        chunked = greedy(size)
+    except Exception as exc:  # noqa: BLE001 - a crash of generate() fails this path's check only
+        text = f"{type(exc).__name__}: {exc}"[:500]
+        if "Cannot use prefill chunking without a cache" in text:
+            return ChunkedGenerate([], [], None, not_applicable=f"generate() refuses it: {text}")
+        return ChunkedGenerate([], [], None, error=text)
+    plain = plain if plain is not None else greedy(None)
+    differs = [k for k in range(len(chunked[0])) if any(a[k] != b[k] for a, b in zip(chunked, plain, strict=True))]
+    return ChunkedGenerate(chunked, plain, differs[0] if differs else None)
