@@ -38,8 +38,7 @@ class CheckInfo:
     """The model families whose cells run the check (``kvconform.families``)."""
     reuse_path: bool = False
     """A path that drives the cache beyond the decode (generate, ragged, prefix reuse, crop, padded generate, chunked
-    prefill): it also
-    follows the matrix's ``path_dtypes`` and ``static_paths``."""
+    prefill): it also follows the matrix's ``path_dtypes`` and ``static_paths``."""
 
     def applies(self, settings: Settings, dtype: str, family: str, cache: str = "dynamic",
                 default_attention: bool = True) -> bool:
