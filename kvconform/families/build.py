@@ -96,6 +96,21 @@ def _scale_grid(merged: dict[str, Any], full: Mapping[str, Any]) -> None:
         merged["image_grid_pinpoints"] = [[max(tower, round(side * tower / native)) for side in pair] for pair in grid]
 
 
+#: First id of the VQ image codes in a Chameleon-style vocabulary map (codes fill ids from here on).
+FIRST_CODE_ID = 128
+
+
+def _code_names(values: dict[str, Any]) -> None:
+    """A ``vocabulary_map`` given only its ``<image>`` entry gets one name per VQ code, as Chameleon's tokenizer names
+    them (``IMGIMG`` + the code's digits as letters A-J + ``Z``, read back by modeling_chameleon.py:733-738)."""
+    mapping, vq = values.get("vocabulary_map"), values.get("vq_config")
+    if not isinstance(mapping, dict) or not isinstance(vq, dict) or any(k.startswith("IMGIMG") for k in mapping):
+        return
+    letters = {str(d): chr(ord("A") + d) for d in range(10)}
+    for code in range(int(vq["num_embeddings"])):
+        mapping["IMGIMG" + "".join(letters[c] for c in str(code)) + "Z"] = FIRST_CODE_ID + code
+
+
 def _default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConfig:
     try:
         return AutoConfig.for_model(model_type)
@@ -120,6 +135,7 @@ def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, A
     values = {key: value for key, value in merged.items() if value != full.get(key)}
     merge_overrides(values, fixes)
     merge_overrides(values, overrides or {})
+    _code_names({**full, **values})
     return AutoConfig.for_model(model_type, **values)
 
 
