@@ -19,7 +19,7 @@ from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from kvconform.build.synthetic import SIZES, break_zero_init, merge_overrides, shrink_values
 from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
-from kvconform.families.registry import audio_language_names, family_model_types, family_overrides
+from kvconform.families.registry import audio_language_names, family_model_types, family_overrides, image_encoder_decoder_types
 
 #: Tower sizes, applied to every (sub-)config field of that name whose default is a positive int.
 TOWER_SIZES = {
@@ -149,12 +149,14 @@ def _audio_auto_class() -> Any:
                 {"_model_mapping": _LazyAutoMapping(CONFIG_MAPPING_NAMES, OrderedDict(audio_language_names()))})
 
 
-def auto_class(family: str) -> Any:
-    """The auto class users load a checkpoint of ``family`` with."""
+def auto_class(family: str, model_type: str | None = None) -> Any:
+    """The auto class users load a checkpoint of ``family`` (and ``model_type``) with."""
     import transformers
 
     if family == AUDIO_LANGUAGE:
         return _audio_auto_class()
+    if family == SEQ2SEQ and model_type in image_encoder_decoder_types():
+        return transformers.AutoModelForImageTextToText
     return {
         CAUSAL_LM: transformers.AutoModelForCausalLM,
         VISION_LANGUAGE: transformers.AutoModelForImageTextToText,
@@ -166,6 +168,6 @@ def auto_class(family: str) -> Any:
 def build_family(config: PreTrainedConfig, family: str, seed: int) -> PreTrainedModel:
     """A float32 eval-mode model of ``family`` with random weights drawn from ``seed`` (no all-zero weights)."""
     torch.manual_seed(seed)
-    model = auto_class(family).from_config(config, dtype=torch.float32)
+    model = auto_class(family, config.model_type).from_config(config, dtype=torch.float32)
     break_zero_init(model, seed)
     return model.float().eval()
