@@ -132,7 +132,7 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
     patch = int(_first(vision, "patch_size") or 8)
     dtype = next(model.parameters()).dtype
     if _accepts(model, "image_grid_thw"):
-        temporal = int(_first(vision, "temporal_patch_size") or 1)
+        temporal = int(_first(vision, "temporal_patch_size", "patch_temporal") or 1)
         pixels = torch.randn(batch * GRID * GRID, channels * temporal * patch * patch, generator=generator)
         tensors = {"pixel_values": pixels.to(dtype), "image_grid_thw": torch.tensor([[1, GRID, GRID]] * batch)}
         recipe = f"flattened {GRID}x{GRID} patches with image_grid_thw"
