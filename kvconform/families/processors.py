@@ -95,6 +95,9 @@ def processor_kwargs(cls: type, config: Any) -> tuple[dict[str, Any], int]:
             for key in SPATIAL_FIELDS:
                 if key in defaults and defaults[key] is not None:
                     out[key] = _scaled(defaults[key], ratio, 1)
+    high = getattr(config, "high_res_vision_config", None)  # DeepSeek-VL hybrid: a second, high-resolution tower
+    if isinstance(defaults.get("high_res_size"), dict) and high is not None:
+        out["high_res_size"] = {"height": int(_get(high, "image_size")), "width": int(_get(high, "image_size"))}
     if defaults.get("apply_ocr"):  # the prompt is the harness's own ids, as when users pass words and boxes (UDOP)
         out["apply_ocr"] = False
     if isinstance(defaults.get("max_patches"), int):  # Pix2Struct resizes the image to at most this many patches
