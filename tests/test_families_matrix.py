@@ -83,6 +83,12 @@ def test_installed_sweeps_cover_the_issue_models_and_give_reasons() -> None:
         assert not set(types) & set(left_out), family
         assert all(reason.strip() for reason in left_out.values()), family
     assert "the audio-text-to-text sweep runs it" in runs["seq2seq"][1]["qwen2_audio"]
+    named = {"llava_next", "llava_next_video", "llava_onevision", "idefics2", "idefics3", "smolvlm", "internvl", "paligemma",
+             "blip-2", "instructblip", "kosmos-2", "chameleon", "aria", "granite_docling", "mistral_large4"}
+    assert named <= set(runs["image-text-to-text"][0]), named - set(runs["image-text-to-text"][0])
+    image_encoder_decoders = {"florence2", "pix2struct", "vision-encoder-decoder"}
+    assert image_encoder_decoders <= set(runs["seq2seq"][0]), "the seq2seq sweep runs the image encoder-decoders"
+    assert all("the seq2seq sweep runs it" in runs["image-text-to-text"][1][t] for t in image_encoder_decoders)
     assert {"qwen2_audio", "voxtral"} <= set(runs["audio-text-to-text"][0]), "decoder-only audio-language types"
     assert set(runs["audio-text-to-text"][0]) | set(runs["audio-text-to-text"][1]) == {
         t for family in ("seq2seq", "speech-seq2seq") for t, reason in runs[family][1].items() if "audio-text-to-text sweep" in reason}

@@ -150,7 +150,7 @@ def _with_reloader(where: str | Path, options: dict[str, Any], spec: ModelSpec) 
     """Load ``where`` in float32 and remember how to load it again in another dtype (one device, no offloading)."""
     from kvconform.families.build import auto_class
 
-    auto = auto_class(spec.family)
+    auto = auto_class(spec.family, spec.model_type)
     master = auto.from_pretrained(where, dtype=torch.float32, **options, **_placement(spec))
     _RELOADERS[master] = lambda dtype: auto.from_pretrained(where, dtype=dtype, **options)
     return master

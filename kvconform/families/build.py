@@ -19,7 +19,13 @@ from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
 from kvconform.build.synthetic import SIZES, break_zero_init, merge_overrides, shrink_values
 from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
-from kvconform.families.registry import audio_language_names, family_model_types, family_overrides, text_to_audio_names
+from kvconform.families.registry import (
+    audio_language_names,
+    family_model_types,
+    family_overrides,
+    image_encoder_decoder_types,
+    text_to_audio_names,
+)
 
 #: Tower sizes, applied to every (sub-)config field of that name whose default is a positive int.
 TOWER_SIZES = {
@@ -96,6 +102,21 @@ def _scale_grid(merged: dict[str, Any], full: Mapping[str, Any]) -> None:
         merged["image_grid_pinpoints"] = [[max(tower, round(side * tower / native)) for side in pair] for pair in grid]
 
 
+#: First id of the VQ image codes in a Chameleon-style vocabulary map (codes fill ids from here on).
+FIRST_CODE_ID = 128
+
+
+def _code_names(values: dict[str, Any]) -> None:
+    """A ``vocabulary_map`` given only its ``<image>`` entry gets one name per VQ code, as Chameleon's tokenizer names
+    them (``IMGIMG`` + the code's digits as letters A-J + ``Z``, read back by modeling_chameleon.py:733-738)."""
+    mapping, vq = values.get("vocabulary_map"), values.get("vq_config")
+    if not isinstance(mapping, dict) or not isinstance(vq, dict) or any(k.startswith("IMGIMG") for k in mapping):
+        return
+    letters = {str(d): chr(ord("A") + d) for d in range(10)}
+    for code in range(int(vq["num_embeddings"])):
+        mapping["IMGIMG" + "".join(letters[c] for c in str(code)) + "Z"] = FIRST_CODE_ID + code
+
+
 def _default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConfig:
     try:
         return AutoConfig.for_model(model_type)
@@ -120,6 +141,7 @@ def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, A
     values = {key: value for key, value in merged.items() if value != full.get(key)}
     merge_overrides(values, fixes)
     merge_overrides(values, overrides or {})
+    _code_names({**full, **values})
     return AutoConfig.for_model(model_type, **values)
 
 
@@ -134,14 +156,16 @@ def _auto_class_over(name: str, family: str) -> Any:
     return type(name, (_BaseAutoModelClass,), {"_model_mapping": _LazyAutoMapping(CONFIG_MAPPING_NAMES, OrderedDict(names))})
 
 
-def auto_class(family: str) -> Any:
-    """The auto class users load a checkpoint of ``family`` with."""
+def auto_class(family: str, model_type: str | None = None) -> Any:
+    """The auto class users load a checkpoint of ``family`` (and ``model_type``) with."""
     import transformers
 
     if family == AUDIO_LANGUAGE:
         return _auto_class_over("AutoModelForAudioTextToText", family)
     if family == TEXT_TO_AUDIO:
         return _auto_class_over("AutoModelForTextToAudio", family)
+    if family == SEQ2SEQ and model_type in image_encoder_decoder_types():
+        return transformers.AutoModelForImageTextToText
     return {
         CAUSAL_LM: transformers.AutoModelForCausalLM,
         VISION_LANGUAGE: transformers.AutoModelForImageTextToText,
@@ -153,6 +177,6 @@ def auto_class(family: str) -> Any:
 def build_family(config: PreTrainedConfig, family: str, seed: int) -> PreTrainedModel:
     """A float32 eval-mode model of ``family`` with random weights drawn from ``seed`` (no all-zero weights)."""
     torch.manual_seed(seed)
-    model = auto_class(family).from_config(config, dtype=torch.float32)
+    model = auto_class(family, config.model_type).from_config(config, dtype=torch.float32)
     break_zero_init(model, seed)
     return model.float().eval()

@@ -7,16 +7,18 @@ over the whole decoder sequence with the same encoder output. The encoder's call
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from transformers.modeling_outputs import BaseModelOutput
 
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.families import CROSS_HALF
 from kvconform.families.decode import Driver, FamilyRun, drive
-from kvconform.families.inputs import encoder_inputs, special_token_ids, text_ids
+from kvconform.families.inputs import IMAGE_INPUTS, encoder_inputs, special_token_ids, text_ids
 from kvconform.probe.decode import ProbePlan
 
 
@@ -64,18 +66,29 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
     hook = model.get_encoder().register_forward_hook(lambda *_: calls.append(1))
     encoded: dict[str, Any] = {}
 
+    encoder = model.get_encoder()
+    alone = set(encoder_in.tensors) <= set(inspect.signature(encoder.forward).parameters)
+    # The encoder's mask (Pix2Struct's padded patches) goes to every decoder call, as generate() keeps it.
+    mask = {k: v for k, v in encoder_in.tensors.items() if k == "attention_mask" and "input_ids" not in encoder_in.tensors}
+    image = bool(set(encoder_in.tensors) & set(IMAGE_INPUTS))
+
     def prefill() -> Any:
-        # As generate() does: the encoder once, then every decoder call (prefill included) reads its output.
-        encoded["outputs"] = model.get_encoder()(**encoder_in.tensors)
-        return decoder(prompt, True)
+        # As generate() does: the encoder once, then every decoder call reads its output. An encoder over text with
+        # the image merged in by the outer model (Florence-2) runs inside the outer forward of the prefill.
+        if alone:
+            encoded["outputs"] = encoder(**encoder_in.tensors)
+            return decoder(prompt, True)
+        output = model(**encoder_in.tensors, decoder_input_ids=prompt, use_cache=True)
+        encoded["outputs"] = BaseModelOutput(last_hidden_state=output.encoder_last_hidden_state)
+        return output
 
     def decoder(ids: torch.Tensor, use_cache: bool, **extra: Any) -> Any:
-        return model(encoder_outputs=encoded["outputs"], decoder_input_ids=ids, use_cache=use_cache, **extra)
+        return model(encoder_outputs=encoded["outputs"], decoder_input_ids=ids, use_cache=use_cache, **mask, **extra)
 
     def reference(ids: torch.Tensor) -> Any:
         # The encoder inputs too, as a teacher-forced call passes them: some models build the decoder's causal
         # mask only from them (FSMT); the encoder itself is not run again (its output is given).
-        return decoder(ids, False, **encoder_in.tensors)
+        return decoder(ids, False, **({} if image else encoder_in.tensors))
 
     def step(token: torch.Tensor, cache: Any) -> Any:
         output = decoder(token, True, **{keyword: cache})

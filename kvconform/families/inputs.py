@@ -132,7 +132,7 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
     patch = int(_first(vision, "patch_size") or 8)
     dtype = next(model.parameters()).dtype
     if _accepts(model, "image_grid_thw"):
-        temporal = int(_first(vision, "temporal_patch_size") or 1)
+        temporal = int(_first(vision, "temporal_patch_size", "patch_temporal") or 1)
         pixels = torch.randn(batch * GRID * GRID, channels * temporal * patch * patch, generator=generator)
         tensors = {"pixel_values": pixels.to(dtype), "image_grid_thw": torch.tensor([[1, GRID, GRID]] * batch)}
         recipe = f"flattened {GRID}x{GRID} patches with image_grid_thw"
@@ -197,10 +197,44 @@ class EncoderInputs:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+#: Encoder inputs that carry an image (pixels, or Pix2Struct's flattened patches).
+IMAGE_INPUTS = ("pixel_values", "flattened_patches")
+
+
+def image_encoder_inputs(model: Model, batch: int, length: int, seed: int, forbidden: set[int]) -> EncoderInputs:
+    """An image encoder-decoder's encoder inputs: the image as its processor makes it (else pixels shaped from the
+    encoder's config) and, where the encoder reads text with the image merged in (Florence-2), a prompt with one
+    placeholder per image feature. Masks the processor makes (Pix2Struct's patch mask) go to every call."""
+    device = next(p.device for p in model.parameters())
+    try:
+        tensors, recipe = processed_images(model, batch, seed)
+    except NoImageProcessor as exc:
+        vision = getattr(model.config, "vision_config", None) or getattr(model.config, "encoder", None)
+        size, channels = int(_first(vision, "image_size") or 32), int(_first(vision, "num_channels") or 3)
+        generator = torch.Generator().manual_seed(seed + 1)
+        pixels = torch.randn(batch, channels, size, size, generator=generator).to(next(model.parameters()).dtype)
+        tensors, recipe = {"pixel_values": pixels}, f"no image processor ({exc}): pixel_values [B, {channels}, {size}, {size}]"
+    tensors = {k: v.to(device) for k, v in tensors.items()}
+    if not _accepts(model, "input_ids"):
+        return EncoderInputs(tensors, recipe)
+    vocab = int(model.config.get_text_config(decoder=True).vocab_size)
+    text = text_ids(batch, length, seed + 2, vocab, forbidden).to(device)
+    try:
+        token = image_token_id(model.config)
+    except ValueError:  # the image goes beside the text, not into placeholders (UDOP)
+        return EncoderInputs({"input_ids": text, **tensors}, f"{recipe}; input_ids [B, {length}]")
+    count = count_features(model, tensors) // batch
+    ids = torch.cat([torch.full((batch, count), token, device=device), text], dim=1)
+    return EncoderInputs({"input_ids": ids, **tensors}, f"{recipe}; {count} image tokens before {length} text tokens")
+
+
 def encoder_inputs(model: Model, batch: int, length: int, seed: int, forbidden: set[int]) -> EncoderInputs:
-    """Random token ids (text) or features/waveforms shaped from the config (speech) for ``model.main_input_name``."""
+    """Random token ids (text), the image (``image_encoder_inputs``) or features/waveforms shaped from the config
+    (speech) for ``model.main_input_name``."""
     config = model.config
     name = getattr(model.get_encoder(), "main_input_name", None) or model.main_input_name
+    if name in IMAGE_INPUTS or _accepts(model, "pixel_values"):
+        return image_encoder_inputs(model, batch, length, seed, forbidden)
     generator = torch.Generator().manual_seed(seed + 2)
     device = next(p.device for p in model.parameters())
     dtype = next(model.parameters()).dtype

@@ -95,6 +95,13 @@ def processor_kwargs(cls: type, config: Any) -> tuple[dict[str, Any], int]:
             for key in SPATIAL_FIELDS:
                 if key in defaults and defaults[key] is not None:
                     out[key] = _scaled(defaults[key], ratio, 1)
+    high = getattr(config, "high_res_vision_config", None)  # DeepSeek-VL hybrid: a second, high-resolution tower
+    if isinstance(defaults.get("high_res_size"), dict) and high is not None:
+        out["high_res_size"] = {"height": int(_get(high, "image_size")), "width": int(_get(high, "image_size"))}
+    if defaults.get("apply_ocr"):  # the prompt is the harness's own ids, as when users pass words and boxes (UDOP)
+        out["apply_ocr"] = False
+    if isinstance(defaults.get("max_patches"), int):  # Pix2Struct resizes the image to at most this many patches
+        out["max_patches"] = 2 * (tower // patch) ** 2
     if isinstance(defaults.get("patch_size"), dict):
         out["patch_size"] = {"height": patch, "width": patch}
     elif isinstance(defaults.get("patch_size"), int):
@@ -135,7 +142,7 @@ def processed_images(model: Any, batch: int, seed: int) -> tuple[dict[str, torch
     if "pixel_values_images" in out and "pixel_values_images" not in accepted:  # Video-LLaVA's forward renamed it
         out["pixel_values"] = out.pop("pixel_values_images")
     tensors = {k: v for k, v in out.items() if isinstance(v, torch.Tensor) and k in accepted}
-    if "pixel_values" not in tensors:
+    if not {"pixel_values", "flattened_patches"} & set(tensors):  # Pix2Struct's patches are its pixels
         raise NoImageProcessor(f"{cls.__name__} makes {sorted(out)}, none of which the forward takes as pixel_values")
     dtype = next(model.parameters()).dtype
     tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}

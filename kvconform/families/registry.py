@@ -72,8 +72,18 @@ def text_to_audio_names() -> dict[str, str]:
 
 
 def family_model_types(family: str) -> list[str]:
-    """Sorted model types the installed transformers maps for ``family`` (the auto class of the family)."""
-    return sorted(_mapping(family))
+    """Sorted model types the installed transformers maps for ``family`` (the auto class of the family); the
+    seq2seq sweep also runs the image-text-to-text encoder-decoders (``image_encoder_decoder_types``)."""
+    extra = image_encoder_decoder_types() if family == SEQ2SEQ else frozenset()
+    return sorted(set(_mapping(family)) | extra)
+
+
+@cache
+def image_encoder_decoder_types() -> frozenset[str]:
+    """Image-text-to-text types whose config is an encoder-decoder's (Florence-2, Pix2Struct, ...) and that no text
+    mapping lists: the image goes to the encoder, text is decoded with a cross-attention cache, as in seq2seq."""
+    others = set(_mapping(CAUSAL_LM)) | set(_mapping(SEQ2SEQ))
+    return frozenset(t for t in _mapping(VISION_LANGUAGE) if t not in others and _is_encoder_decoder(t))
 
 
 @cache
@@ -101,10 +111,12 @@ def _structural_reason(family: str, model_type: str) -> str | None:
             return "also a causal-LM type: the causal-lm sweep runs it (text prompt)"
         if model_type in seq2seq:
             return "an encoder-decoder: the seq2seq sweep runs it"
-        if _is_encoder_decoder(model_type):
-            return ("an encoder-decoder over the image (config.is_encoder_decoder is True): the image goes to the encoder "
-                    "and text is decoded with a cross-attention cache; the vision-language cell drives decoder-only "
-                    "models, and the seq2seq driver feeds its encoder text or speech, not images (not built yet)")
+        if model_type in image_encoder_decoder_types():
+            there = ((family_table().get("excluded") or {}).get(SEQ2SEQ) or {}).get(model_type)
+            if there:
+                return f"an encoder-decoder over the image, left out of the seq2seq sweep: {there}"
+            return ("an encoder-decoder over the image (config.is_encoder_decoder is True): the seq2seq sweep runs it, "
+                    "the image its encoder input and the cross-attention cache checked")
         return None
     if family in (AUDIO_LANGUAGE, TEXT_TO_AUDIO):
         return None
