@@ -1,0 +1,150 @@
+"""The documented design of ``QuantizedCache`` with an integer backend (quanto, HQQ), as a reference for its cells.
+
+The design (cache_utils.QuantizedLayer, after KIVI, arXiv 2402.02750 Algorithm 1): the first update quantizes the
+prefill's K/V and attends to them unquantized; every later update attends to [the dequantized quantized part, the
+full-precision residual, the new states]; when the residual and the new states reach ``residual_length`` tokens,
+all of that is quantized again (group-wise, ``q_group_size``, ``nbits``, along ``axis_key``/``axis_value`` 0) and the
+residual is emptied. ``reorder_cache`` moves every row's states (transformers defers the quantized part's move to its
+next dequantization). ``IntDesignLayer`` does the same with the backend's own quantize/dequantize round trip (the
+backend is a separate package: what it rounds is its design; what transformers does around it is under test).
+
+``compare_with_design`` then reads what the real layer stores with kvconform's own unpacking of the documented
+layouts (quanto: ``PackedTensor`` rows of ``8 // nbits`` values, ``scale × q − shift`` per group of
+``q_group_size`` consecutive values; HQQ: the tensor as ``[q_group_size, numel / q_group_size]``, bit planes of
+``8 // nbits`` row blocks, ``(q − zero) × scale`` per column), not the backend's dequantization.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import Cache, DynamicLayer
+
+from kvconform.build.models import Model
+from kvconform.probe.quantized import IntQuantizedRecord
+
+def round_trip(tensor: torch.Tensor, config: dict[str, Any]) -> torch.Tensor:
+    """``tensor`` quantized and dequantized by the backend's own functions, as transformers' layer calls them."""
+    if config["backend"] == "quanto":
+        from optimum.quanto import MaxOptimizer, qint2, qint4, quantize_weight
+
+        qtype = qint4 if config["nbits"] == 4 else qint2
+        scale, shift = MaxOptimizer()(tensor, qtype, 0, config["q_group_size"])
+        return quantize_weight(tensor, qtype, 0, scale, shift, config["q_group_size"]).dequantize()
+    from hqq.core.quantize import Quantizer
+
+    packed, meta = Quantizer.quantize(tensor, axis=0, device=tensor.device, compute_dtype=tensor.dtype,
+                                      nbits=config["nbits"], group_size=config["q_group_size"])
+    meta["compute_dtype"] = tensor.dtype
+    packed, meta = Quantizer.cuda(packed, meta=meta, device=tensor.device)
+    return Quantizer.dequantize(packed, meta)
+
+
+class IntDesignLayer(DynamicLayer):
+    """The residual design of ``QuantizedLayer`` on full-precision storage: ``quantized`` holds the dequantized
+    quantized part (the backend's round trip), ``keys``/``values`` the full-precision residual."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__()
+        self.config = config
+        self.quantized: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.flushed_input: tuple[torch.Tensor, torch.Tensor] | None = None
+        """What the last quantization quantized (full precision), for the round-trip distance."""
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+               **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.quantized is None:
+            self.lazy_initialization(key_states, value_states)
+            self._quantize(key_states, value_states)
+            return key_states, value_states
+        old_keys, old_values = self.quantized
+        keys = torch.cat([old_keys, self.keys, key_states], dim=-2)
+        values = torch.cat([old_values, self.values, value_states], dim=-2)
+        held = self.keys.shape[-2] if self.keys.dim() == 4 else 0
+        if held + key_states.shape[-2] >= self.config["residual_length"]:
+            self._quantize(keys, values)
+            self.keys = self.values = torch.tensor([], dtype=key_states.dtype, device=key_states.device)
+        else:
+            self.keys = torch.cat([self.keys, key_states], dim=-2)
+            self.values = torch.cat([self.values, value_states], dim=-2)
+        return keys, values
+
+    def _quantize(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        self.flushed_input = (keys, values)
+        self.quantized = (round_trip(keys.contiguous(), self.config), round_trip(values.contiguous(), self.config))
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Every row's state moves with it (transformers defers the quantized part's move to its next dequantization:
+        the same states)."""
+        if self.quantized is None:
+            return
+        beam_idx = beam_idx.to(self.quantized[0].device)
+        self.quantized = (self.quantized[0].index_select(0, beam_idx), self.quantized[1].index_select(0, beam_idx))
+        if self.keys.numel() > 0:
+            self.keys, self.values = self.keys.index_select(0, beam_idx), self.values.index_select(0, beam_idx)
+
+    def get_seq_length(self) -> int:
+        quantized = 0 if self.quantized is None else self.quantized[0].shape[-2]
+        return quantized + (self.keys.shape[-2] if self.keys is not None and self.keys.dim() == 4 else 0)
+
+
+def design_cache(model: Model, config: dict[str, Any]) -> Any:
+    """A cache of ``IntDesignLayer`` for every layer ``QuantizedCache`` would quantize."""
+    layers = model.config.get_text_config(decoder=True).num_hidden_layers
+    return Cache(layers=[IntDesignLayer(config) for _ in range(layers)])
+
+
+def stored_dequantized(part: Any, nbits: int) -> torch.Tensor:
+    """A stored quantized tensor dequantized by kvconform from its packed bits and its per-group scale and zero
+    point, as the backend documents the layout (``TypeError`` for any other layout)."""
+    mask, per_byte = 2**nbits - 1, 8 // nbits
+    if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], dict):  # HQQ: (packed, meta)
+        packed, meta = part
+        rows = [(packed >> (nbits * (per_byte - 1 - i))) & mask for i in range(per_byte)]
+        levels = torch.cat(rows).float()  # bit plane i holds row block i: [q_group_size, numel / q_group_size]
+        return ((levels - meta["zero"].float()) * meta["scale"].float()).reshape(meta["shape"])
+    data, scale, shift = getattr(part, "_data", None), getattr(part, "_scale", None), getattr(part, "_shift", None)
+    packed = getattr(data, "_data", None)
+    if not (isinstance(packed, torch.Tensor) and isinstance(shift, torch.Tensor) and shift.dtype.is_floating_point):
+        raise TypeError(f"{type(part).__name__}: unknown quantized layout (kvconform reads quanto's PackedTensor and "
+                        "HQQ's (packed, meta) pairs)")
+    rows = torch.cat([(packed >> (nbits * i)) & mask for i in range(per_byte)])[: data.shape[0]]  # quanto: row blocks
+    return (scale.float() * rows.float() - shift.float()).reshape(part.shape)
+
+
+def compare_with_design(cache: Any, design: Any, config: dict[str, Any]) -> IntQuantizedRecord:
+    """Every quantized layer of ``cache`` against the matching ``design_cache`` layer after the same inputs."""
+    record = IntQuantizedRecord(quantized_tokens=0, residual_tokens=0, worst_delta=0.0, worst_scale=0.0,
+                                relative_limit=0.0, round_trip_delta=0.0)
+    for index, (layer, reference) in enumerate(zip(cache.layers, design.layers, strict=False)):
+        if getattr(layer, "_quantized_keys", None) is None or reference.quantized is None:
+            continue
+        residual = (layer.keys, layer.values)
+        want_residual = (reference.keys, reference.values)
+        got_tokens = [r.shape[-2] if r.dim() == 4 else 0 for r in residual]
+        want_tokens = want_residual[0].shape[-2] if want_residual[0].dim() == 4 else 0
+        record.quantized_tokens, record.residual_tokens = reference.quantized[0].shape[-2], want_tokens
+        if record.problem is None and got_tokens != [want_tokens, want_tokens]:
+            record.problem = (f"layer {index}: the full-precision residual holds {got_tokens[0]} tokens, the design "
+                              f"{want_tokens} (residual_length {config['residual_length']})")
+        elif record.problem is None and want_tokens and not all(torch.equal(a, b) for a, b in zip(residual, want_residual, strict=True)):
+            record.problem = f"layer {index}: the full-precision residual differs from the design's"
+        stored = (layer._quantized_keys, layer._quantized_values)
+        for name, part, expected, original in zip(("keys", "values"), stored, reference.quantized, reference.flushed_input or (),
+                                                   strict=False):
+            got = stored_dequantized(part, config["nbits"])
+            if got.shape != expected.shape:
+                record.problem = record.problem or (f"layer {index} {name}: {list(got.shape)} stored quantized, the design "
+                                                    f"{list(expected.shape)}")
+                continue
+            record.relative_limit = 4 * torch.finfo(expected.dtype).eps
+            delta = (got - expected.float()).abs()
+            scale = float(expected.float().abs().max())
+            worst = float(torch.nan_to_num(delta, nan=float("inf")).max())
+            record.round_trip_delta = max(record.round_trip_delta, float((expected.float() - original.float()).abs().max()))
+            record.worst_scale = max(record.worst_scale, scale)
+            if worst > record.worst_delta:
+                position = int(delta.amax(dim=tuple(d for d in range(delta.dim()) if d != delta.dim() - 2)).argmax())
+                record.worst_delta, record.worst_at = worst, (index, position, name)
+    return record
