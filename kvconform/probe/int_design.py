@@ -114,37 +114,45 @@ def stored_dequantized(part: Any, nbits: int) -> torch.Tensor:
 
 
 def compare_with_design(cache: Any, design: Any, config: dict[str, Any]) -> IntQuantizedRecord:
-    """Every quantized layer of ``cache`` against the matching ``design_cache`` layer after the same inputs."""
+    """Every quantized layer of ``cache`` against the matching ``design_cache`` layer after the same inputs; the
+    first layer off the design is the finding (later layers read its output)."""
     record = IntQuantizedRecord(quantized_tokens=0, residual_tokens=0, worst_delta=0.0, worst_scale=0.0,
                                 relative_limit=0.0, round_trip_delta=0.0)
     for index, (layer, reference) in enumerate(zip(cache.layers, design.layers, strict=False)):
         if getattr(layer, "_quantized_keys", None) is None or reference.quantized is None:
             continue
-        residual = (layer.keys, layer.values)
-        want_residual = (reference.keys, reference.values)
-        got_tokens = [r.shape[-2] if r.dim() == 4 else 0 for r in residual]
-        want_tokens = want_residual[0].shape[-2] if want_residual[0].dim() == 4 else 0
-        record.quantized_tokens, record.residual_tokens = reference.quantized[0].shape[-2], want_tokens
-        if record.problem is None and got_tokens != [want_tokens, want_tokens]:
-            record.problem = (f"layer {index}: the full-precision residual holds {got_tokens[0]} tokens, the design "
-                              f"{want_tokens} (residual_length {config['residual_length']})")
-        elif record.problem is None and want_tokens and not all(torch.equal(a, b) for a, b in zip(residual, want_residual, strict=True)):
-            record.problem = f"layer {index}: the full-precision residual differs from the design's"
+        problem = _residual_problem(layer, reference, config)
         stored = (layer._quantized_keys, layer._quantized_values)
         for name, part, expected, original in zip(("keys", "values"), stored, reference.quantized, reference.flushed_input or (),
                                                    strict=False):
             got = stored_dequantized(part, config["nbits"])
             if got.shape != expected.shape:
-                record.problem = record.problem or (f"layer {index} {name}: {list(got.shape)} stored quantized, the design "
-                                                    f"{list(expected.shape)}")
+                problem = problem or f"{list(got.shape)} {name} stored quantized, the design {list(expected.shape)}"
                 continue
             record.relative_limit = 4 * torch.finfo(expected.dtype).eps
-            delta = (got - expected.float()).abs()
+            delta = torch.nan_to_num((got - expected.float()).abs(), nan=float("inf"))
             scale = float(expected.float().abs().max())
-            worst = float(torch.nan_to_num(delta, nan=float("inf")).max())
-            record.round_trip_delta = max(record.round_trip_delta, float((expected.float() - original.float()).abs().max()))
             record.worst_scale = max(record.worst_scale, scale)
-            if worst > record.worst_delta:
+            record.round_trip_delta = max(record.round_trip_delta, float((expected.float() - original.float()).abs().max()))
+            worst = float(delta.max())
+            if worst > record.relative_limit * scale and problem is None:
                 position = int(delta.amax(dim=tuple(d for d in range(delta.dim()) if d != delta.dim() - 2)).argmax())
-                record.worst_delta, record.worst_at = worst, (index, position, name)
+                problem = (f"position {position} ({name}): the stored packed values with their scale and zero point dequantize "
+                           f"{worst:.3g} away from the design's quantized part (limit {record.relative_limit * scale:.2g})")
+            record.worst_delta = max(record.worst_delta, worst)
+        record.quantized_tokens = reference.quantized[0].shape[-2]
+        record.residual_tokens = reference.keys.shape[-2] if reference.keys.dim() == 4 else 0
+        if problem is not None and record.problem is None:
+            record.problem = f"layer {index}, {problem}" if problem.startswith("position") else f"layer {index}: {problem}"
     return record
+
+
+def _residual_problem(layer: Any, reference: IntDesignLayer, config: dict[str, Any]) -> str | None:
+    """How the real layer's full-precision residual differs from the design's, or ``None``."""
+    held = [tensor.shape[-2] if tensor.dim() == 4 else 0 for tensor in (layer.keys, layer.values)]
+    want = reference.keys.shape[-2] if reference.keys.dim() == 4 else 0
+    if held != [want, want]:
+        return f"the full-precision residual holds {held[0]} tokens, the design {want} (residual_length {config['residual_length']})"
+    if want and not (torch.equal(layer.keys, reference.keys) and torch.equal(layer.values, reference.values)):
+        return "the full-precision residual differs from the design's"
+    return None

@@ -56,7 +56,5 @@ class IntQuantizedRecord:
     """4 rounding steps of the K/V dtype: kvconform dequantizes in float32, the backend in the K/V dtype."""
     round_trip_delta: float
     """max |the design's quantized part − the full-precision states it quantized|: the quantization's own error."""
-    worst_at: tuple[int, int, str] = (0, 0, "keys")
-    """Layer, position and tensor of ``worst_delta``."""
     problem: str | None = None
-    """Set when the residual or the quantized part holds other tokens than the design."""
+    """The first layer off the design: its residual (tokens, values) or its packed values beyond the limit."""
