@@ -19,8 +19,10 @@ import torch
 
 from kvconform.build.geometry import cache_geometry
 from kvconform.build.models import Model
+from kvconform.build.support import int_cache_config
 from kvconform.compat import cache_keyword
-from kvconform.matrix import Tolerance
+from kvconform.matrix import QUANTIZED_KINDS, Tolerance
+from kvconform.probe import fp8_design, int_design
 from kvconform.probe.cache_io import (
     cache_implementation,
     cache_layers,
@@ -33,9 +35,6 @@ from kvconform.probe.cache_io import (
     seq_length,
 )
 from kvconform.probe.crop import run_crop
-from kvconform.build.support import int_cache_config
-from kvconform.matrix import QUANTIZED_KINDS
-from kvconform.probe import fp8_design, int_design
 from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.quantized import IntQuantizedRecord, QuantizedKVRecord

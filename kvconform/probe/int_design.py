@@ -24,6 +24,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from kvconform.build.models import Model
 from kvconform.probe.quantized import IntQuantizedRecord
 
+
 def round_trip(tensor: torch.Tensor, config: dict[str, Any]) -> torch.Tensor:
     """``tensor`` quantized and dequantized by the backend's own functions, as transformers' layer calls them."""
     if config["backend"] == "quanto":
@@ -43,50 +44,48 @@ def round_trip(tensor: torch.Tensor, config: dict[str, Any]) -> torch.Tensor:
 
 class IntDesignLayer(DynamicLayer):
     """The residual design of ``QuantizedLayer`` on full-precision storage: ``quantized`` holds the dequantized
-    quantized part (the backend's round trip), ``keys``/``values`` the full-precision residual."""
+    quantized part (the backend's round trip), ``residual`` the full-precision tokens since the last flush."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__()
         self.config = config
         self.quantized: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.residual: tuple[torch.Tensor, torch.Tensor] | None = None
         self.flushed_input: tuple[torch.Tensor, torch.Tensor] | None = None
         """What the last quantization quantized (full precision), for the round-trip distance."""
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
                **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.quantized is None:
+        if self.quantized is None or self.residual is None:
             self.lazy_initialization(key_states, value_states)
             self._quantize(key_states, value_states)
             return key_states, value_states
-        old_keys, old_values = self.quantized
-        keys = torch.cat([old_keys, self.keys, key_states], dim=-2)
-        values = torch.cat([old_values, self.values, value_states], dim=-2)
-        held = self.keys.shape[-2] if self.keys.dim() == 4 else 0
-        if held + key_states.shape[-2] >= self.config["residual_length"]:
+        keys = torch.cat([self.quantized[0], self.residual[0], key_states], dim=-2)
+        values = torch.cat([self.quantized[1], self.residual[1], value_states], dim=-2)
+        if self.residual[0].shape[-2] + key_states.shape[-2] >= self.config["residual_length"]:
             self._quantize(keys, values)
-            self.keys = self.values = torch.tensor([], dtype=key_states.dtype, device=key_states.device)
         else:
-            self.keys = torch.cat([self.keys, key_states], dim=-2)
-            self.values = torch.cat([self.values, value_states], dim=-2)
+            self.residual = (torch.cat([self.residual[0], key_states], dim=-2), torch.cat([self.residual[1], value_states], dim=-2))
         return keys, values
 
     def _quantize(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         self.flushed_input = (keys, values)
         self.quantized = (round_trip(keys.contiguous(), self.config), round_trip(values.contiguous(), self.config))
+        self.residual = (keys[..., :0, :], values[..., :0, :])
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Every row's state moves with it (transformers defers the quantized part's move to its next dequantization:
         the same states)."""
-        if self.quantized is None:
+        if self.quantized is None or self.residual is None:
             return
-        beam_idx = beam_idx.to(self.quantized[0].device)
-        self.quantized = (self.quantized[0].index_select(0, beam_idx), self.quantized[1].index_select(0, beam_idx))
-        if self.keys.numel() > 0:
-            self.keys, self.values = self.keys.index_select(0, beam_idx), self.values.index_select(0, beam_idx)
+        order = beam_idx.to(self.quantized[0].device)
+        self.quantized = (self.quantized[0].index_select(0, order), self.quantized[1].index_select(0, order))
+        self.residual = (self.residual[0].index_select(0, order), self.residual[1].index_select(0, order))
 
     def get_seq_length(self) -> int:
-        quantized = 0 if self.quantized is None else self.quantized[0].shape[-2]
-        return quantized + (self.keys.shape[-2] if self.keys is not None and self.keys.dim() == 4 else 0)
+        if self.quantized is None or self.residual is None:
+            return 0
+        return self.quantized[0].shape[-2] + self.residual[0].shape[-2]
 
 
 def design_cache(model: Model, config: dict[str, Any]) -> Any:
@@ -105,12 +104,13 @@ def stored_dequantized(part: Any, nbits: int) -> torch.Tensor:
         levels = torch.cat(rows).float()  # bit plane i holds row block i: [q_group_size, numel / q_group_size]
         return ((levels - meta["zero"].float()) * meta["scale"].float()).reshape(meta["shape"])
     data, scale, shift = getattr(part, "_data", None), getattr(part, "_scale", None), getattr(part, "_shift", None)
-    packed = getattr(data, "_data", None)
-    if not (isinstance(packed, torch.Tensor) and isinstance(shift, torch.Tensor) and shift.dtype.is_floating_point):
+    bits = getattr(data, "_data", None)
+    if not (isinstance(bits, torch.Tensor) and isinstance(data, torch.Tensor) and isinstance(scale, torch.Tensor)
+            and isinstance(shift, torch.Tensor) and shift.dtype.is_floating_point):
         raise TypeError(f"{type(part).__name__}: unknown quantized layout (kvconform reads quanto's PackedTensor and "
                         "HQQ's (packed, meta) pairs)")
-    rows = torch.cat([(packed >> (nbits * i)) & mask for i in range(per_byte)])[: data.shape[0]]  # quanto: row blocks
-    return (scale.float() * rows.float() - shift.float()).reshape(part.shape)
+    groups = torch.cat([(bits >> (nbits * i)) & mask for i in range(per_byte)])[: data.shape[0]]  # quanto: row blocks
+    return (scale.float() * groups.float() - shift.float()).reshape(part.shape)
 
 
 def compare_with_design(cache: Any, design: Any, config: dict[str, Any]) -> IntQuantizedRecord:
@@ -141,7 +141,7 @@ def compare_with_design(cache: Any, design: Any, config: dict[str, Any]) -> IntQ
                            f"{worst:.3g} away from the design's quantized part (limit {record.relative_limit * scale:.2g})")
             record.worst_delta = max(record.worst_delta, worst)
         record.quantized_tokens = reference.quantized[0].shape[-2]
-        record.residual_tokens = reference.keys.shape[-2] if reference.keys.dim() == 4 else 0
+        record.residual_tokens = reference.residual[0].shape[-2] if reference.residual is not None else 0
         if problem is not None and record.problem is None:
             record.problem = f"layer {index}, {problem}" if problem.startswith("position") else f"layer {index}: {problem}"
     return record
@@ -149,10 +149,13 @@ def compare_with_design(cache: Any, design: Any, config: dict[str, Any]) -> IntQ
 
 def _residual_problem(layer: Any, reference: IntDesignLayer, config: dict[str, Any]) -> str | None:
     """How the real layer's full-precision residual differs from the design's, or ``None``."""
-    held = [tensor.shape[-2] if tensor.dim() == 4 else 0 for tensor in (layer.keys, layer.values)]
-    want = reference.keys.shape[-2] if reference.keys.dim() == 4 else 0
-    if held != [want, want]:
-        return f"the full-precision residual holds {held[0]} tokens, the design {want} (residual_length {config['residual_length']})"
-    if want and not (torch.equal(layer.keys, reference.keys) and torch.equal(layer.values, reference.values)):
+    residual = [tensor if isinstance(tensor, torch.Tensor) and tensor.dim() == 4 else None for tensor in (layer.keys, layer.values)]
+    held = [0 if tensor is None else tensor.shape[-2] for tensor in residual]
+    want = reference.residual if reference.residual is not None else None
+    tokens = 0 if want is None else want[0].shape[-2]
+    if held != [tokens, tokens]:
+        return f"the full-precision residual holds {held[0]} tokens, the design {tokens} (residual_length {config['residual_length']})"
+    if tokens and want is not None and not all(got is not None and torch.equal(got, expected)
+                                               for got, expected in zip(residual, want, strict=True)):
         return "the full-precision residual differs from the design's"
     return None

@@ -69,7 +69,7 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
     description = f"a prefilled {plan.cache} cache reordered by rows {order.tolist()} (reorder_cache), then decoded"
     record = summarize("reorder", deltas, scale, description, lengths, prompt_length + 1, cache)
     record.reference = ("the same prefilled quantized cache with its rows moved by hand" if plan.cache == "quantized"
-                        else f"its residual design, prefilled and reordered alike" if plan.cache in INT_QUANTIZED
+                        else "its residual design, prefilled and reordered alike" if plan.cache in INT_QUANTIZED
                         else f"the same {plan.cache} cache prefilled in that row order")
     return record
 
