@@ -119,7 +119,7 @@ def cache_support(cls: Any, config: Any, cache: str) -> str | None:
         import transformers
 
         return (f"transformers {transformers.__version__} has no QuantizedCache backend {QUANTIZED_BACKEND!r} "
-                "(it came in a later release; the quanto and hqq backends need extra packages)")
+                "(it came in a later release; the quanto and hqq kinds need the quantized extra)")
     if cache != "static" and getattr(text, "is_encoder_decoder", False):
         return "generate() refuses the quantized cache for encoder-decoder configs"
     if missing_backend(cache):
