@@ -9,7 +9,7 @@ from typing import Any
 
 from kvconform.checks.table import CHECK_ORDER, CHECKS
 from kvconform.families import CAUSAL_LM
-from kvconform.matrix import QUANTIZED, Matrix, ModelSpec, Tolerance
+from kvconform.matrix import QUANTIZED_KINDS, Matrix, ModelSpec, Tolerance, missing_backend
 from kvconform.plan import NOT_APPLICABLE
 from kvconform.probe.ragged_rows import ragged_row_lengths
 
@@ -51,6 +51,9 @@ def check_applies(check: str, cell: Cell) -> bool:
 
 def untestable(check: str, cell: Cell) -> str | None:
     """Why an enabled check could not fail on ``cell`` (it is skipped with this reason), or ``None``."""
+    missing = missing_backend(cell.cache)
+    if missing is not None:
+        return missing
     settings = cell.spec.settings
     lengths = ragged_row_lengths(settings.batch_size, settings.prompt_length)
     if check == "ragged" and len(set(lengths)) < 2:
@@ -89,8 +92,8 @@ def _candidates(spec: ModelSpec, model_attn: str) -> list[tuple[Cell, str | None
                     cell = Cell(spec, dtype, device, cache, attn, model_attn)
                     if attn == DEFAULT_ATTENTION and model_attn != DEFAULT_ATTENTION:
                         reason: str | None = NO_SDPA
-                    elif cache == QUANTIZED and attn != model_attn:
-                        # The fp8 layer hands dequantized K/V to whatever attention runs: one attention suffices.
+                    elif cache in QUANTIZED_KINDS and attn != model_attn:
+                        # A quantized layer hands dequantized K/V to whatever attention runs: one attention suffices.
                         reason = QUANTIZED_ONE_ATTENTION
                     elif cell.is_variant and settings.variant_dtypes is not None and dtype not in settings.variant_dtypes:
                         reason = VARIANT_DTYPES.format(dtypes=list(settings.variant_dtypes))

@@ -97,10 +97,12 @@ def known_failure(entries: Mapping[str, KnownFailure], check: str, *tags: str) -
     """The entry for ``check`` on a cell with ``tags`` (its dtype, cache and attention implementation).
 
     A key is ``check`` or ``*``, optionally followed by ``@`` and ``-``-joined tags that must all be the
-    cell's (``parity@float16``, ``parity@static``, ``generate@static-eager``). The named check wins over
+    cell's (``parity@float16``, ``parity@static``, ``generate@static-eager``; a cache kind's parts are its tags too:
+    ``parity@hqq`` is both HQQ kinds). The named check wins over
     ``*``, then the key naming more tags: ``check@dtype`` before ``check`` before ``*@dtype`` before ``*``.
     """
     best: tuple[int, int, str] | None = None
+    tags = (*tags, *(part for tag in tags if "-" in tag for part in tag.split("-")))  # quanto-int4: also quanto, int4
     for key in entries:
         name, _, qualifier = key.partition("@")
         wanted = qualifier.split("-") if qualifier else []

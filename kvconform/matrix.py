@@ -6,6 +6,7 @@ the field, and unknown names come with close matches.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -15,17 +16,41 @@ from typing import Any
 import yaml
 
 from kvconform.checks.table import CHECK_ORDER
+from kvconform.checks.table import QUANTIZED_KINDS as QUANTIZED_KINDS
 from kvconform.families import CAUSAL_LM, FAMILIES, ID_SUFFIX
 from kvconform.known_failures import KnownFailure, key_problem, parse_known_failure
 from kvconform.names import close_matches
 
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda", "mps")
-CACHES = ("dynamic", "static", "quantized")
+#: transformers' ``QuantizedCache`` with an integer backend from an extra package (``pip install "kvconform[quantized]"``):
+#: cache kind -> (backend, nbits). The quanto and HQQ layers keep a full-precision residual (docs/cache-paths.md).
+#: With fp8's ``quantized`` they are ``QUANTIZED_KINDS`` (the check table's, re-exported here).
+INT_QUANTIZED: Mapping[str, tuple[str, int]] = {
+    "quanto-int4": ("quanto", 4), "quanto-int2": ("quanto", 2), "hqq-int4": ("hqq", 4), "hqq-int2": ("hqq", 2),
+}
+CACHES = ("dynamic", "static", "quantized", *INT_QUANTIZED)
+#: The module each integer backend imports and its distribution, and the command that installs them all.
+BACKEND_PACKAGES = {"quanto": ("optimum.quanto", "optimum-quanto"), "hqq": ("hqq", "hqq")}
+INSTALL_QUANTIZED = 'pip install "kvconform[quantized]" (optimum-quanto==0.2.7, hqq==0.2.8.post1)'
+
+
+def missing_backend(kind: str) -> str | None:
+    """Why the integer-quantized cache ``kind`` cannot run here (its backend package is not installed), or ``None``."""
+    if kind not in INT_QUANTIZED:
+        return None
+    backend = INT_QUANTIZED[kind][0]
+    module, distribution = BACKEND_PACKAGES[backend]
+    if importlib.util.find_spec(module.split(".")[0]) is None or importlib.util.find_spec(module) is None:
+        return f"QuantizedCache(backend={backend!r}) needs {distribution}, which is not installed: {INSTALL_QUANTIZED}"
+    return None
+
 #: Attention implementations a cell can run: the model's sdpa path and the eager reference implementation.
 ATTENTIONS = ("sdpa", "eager", "flex_attention")
 #: The quantized cache kind (transformers' ``QuantizedCache`` with its fp8 backend).
 QUANTIZED = "quantized"
+#: Tags an xfail key may name after '@': a cache kind whole or one of its parts (``parity@hqq``, ``bytes@int2``).
+CACHE_TAGS = (*CACHES, *dict.fromkeys(part for kind in INT_QUANTIZED for part in kind.split("-")))
 SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")
 
 #: Fields allowed in ``defaults`` and (as overrides) in any model entry.
@@ -418,7 +443,7 @@ def _parse_xfail(raw: Any, label: str) -> dict[str, KnownFailure]:
     _expect(raw, dict, label, "xfail")
     parsed = {}
     for key, entry in raw.items():
-        problem = key_problem(str(key), CHECK_ORDER, (*DTYPES, *CACHES, *ATTENTIONS))
+        problem = key_problem(str(key), CHECK_ORDER, (*DTYPES, *CACHE_TAGS, *ATTENTIONS))
         if problem is not None:
             raise MatrixError(f"{label}: xfail.{key}: {problem}")
         try:

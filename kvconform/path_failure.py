@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 #: The transformers class each cache kind of the matrix builds.
-CACHE_CLASSES = {"dynamic": "DynamicCache", "static": "StaticCache", "quantized": "QuantizedCache"}
+CACHE_CLASSES = {"dynamic": "DynamicCache", "static": "StaticCache", "quantized": "QuantizedCache",
+                 "quanto-int4": "QuantizedCache", "quanto-int2": "QuantizedCache", "hqq-int4": "QuantizedCache",
+                 "hqq-int2": "QuantizedCache"}
 
 
 def model_frame(error: BaseException, model: Any) -> str | None:

@@ -12,6 +12,7 @@ from kvconform.build.models import load_master, model_in_dtype
 from kvconform.build.support import attention_model, cell_support
 from kvconform.cells import Cell, check_applies, untestable
 from kvconform.families import CAUSAL_LM
+from kvconform.matrix import QUANTIZED_KINDS
 from kvconform.path_failure import model_frame, path_failure_message
 from kvconform.probe.decode import ProbePlan, ProbeRecord, run_probe
 
@@ -101,7 +102,7 @@ class CellRunner:
             crop=check_applies("crop", cell), reorder=check_applies("reorder", cell), window=check_applies("window", cell),
             chunked_prefill=check_applies("chunked_prefill", cell),
             # K/V localization compares stored tensors: a quantized cache stores other values by design.
-            locate_tolerance=None if cell.cache == "quantized" else cell.tolerance,
+            locate_tolerance=None if cell.cache in QUANTIZED_KINDS else cell.tolerance,
         )
         try:
             reason = cell_support(master, cell.cache, cell.attn) if cell.spec.family == CAUSAL_LM else None

@@ -280,6 +280,54 @@ def fp8_scale_drift() -> list[Patch]:
     return [(Fp8QuantizedLayer, "_quantize", _quantize)]
 
 
+def int_residual_flushed_late() -> list[Patch]:
+    """quanto/HQQ layers flush their full-precision residual one token late: it holds ``residual_length`` tokens
+    before they are quantized (``>`` for ``>=`` at cache_utils.QuantizedLayer.update)."""
+    from transformers.cache_utils import QuantizedLayer
+
+    original = QuantizedLayer.update
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        self.residual_length += 1
+        try:
+            return original(self, key_states, value_states, *args, **kwargs)
+        finally:
+            self.residual_length -= 1
+
+    return [(QuantizedLayer, "update", update)]
+
+
+def int_block_other_scale() -> list[Patch]:
+    """A quanto layer stores each quantized group with its neighbour group's scale and zero point (one group off)."""
+    from transformers.cache_utils import QuantoQuantizedLayer
+
+    original = QuantoQuantizedLayer._quantize
+
+    def _quantize(self: Any, tensor: torch.Tensor, axis: int) -> Any:
+        quantized = original(self, tensor, axis)
+        quantized._scale, quantized._shift = quantized._scale.roll(1, 0), quantized._shift.roll(1, 0)
+        return quantized
+
+    return [(QuantoQuantizedLayer, "_quantize", _quantize)]
+
+
+def int_reorder_kept_after_flush() -> list[Patch]:
+    """A quanto/HQQ layer keeps the deferred beam order after a flush has baked it in, so the next dequantization
+    applies it a second time."""
+    from transformers.cache_utils import QuantizedLayer
+
+    original = QuantizedLayer.update
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        pending = self._pending_beam_idx
+        result = original(self, key_states, value_states, *args, **kwargs)
+        if pending is not None and self._pending_beam_idx is None:
+            self._pending_beam_idx = pending
+        return result
+
+    return [(QuantizedLayer, "update", update)]
+
+
 def cached_prefill_shift() -> list[Patch]:
     """The model's ``use_cache=True`` path shifts every logit of a prefill into an empty cache by max|logit|.
 
@@ -346,6 +394,9 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "dynamic_window_stale_before_full": dynamic_window_stale_before_full,
     "static_window_late_before_full": static_window_late_before_full,
     "fp8_scale_drift": fp8_scale_drift,
+    "int_residual_flushed_late": int_residual_flushed_late,
+    "int_block_other_scale": int_block_other_scale,
+    "int_reorder_kept_after_flush": int_reorder_kept_after_flush,
     "mask_one_wide": mask_one_wide,
     "write_late": write_late,
     "not_written": not_written,

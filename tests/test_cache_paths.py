@@ -9,7 +9,7 @@ import torch
 
 from kvconform.cells import Cell
 from kvconform.checks import record_checks as checks
-from kvconform.matrix import ModelSpec, Settings
+from kvconform.matrix import INT_QUANTIZED, QUANTIZED_KINDS, ModelSpec, Settings
 from kvconform.results import CheckResult
 from kvconform.runner import CellRunner
 from tests.conftest import TOLERANCES
@@ -20,7 +20,7 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 def _spec(model_type: str, **config: object) -> ModelSpec:
     settings = Settings(
-        dtypes=DTYPES, devices=("cpu",), caches=("dynamic", "static", "quantized"), attentions=("sdpa", "eager"),
+        dtypes=DTYPES, devices=("cpu",), caches=("dynamic", "static", *QUANTIZED_KINDS), attentions=("sdpa", "eager"),
         tolerances=TOLERANCES, generate=True, ragged=False,
         prefix_reuse=False, crop=True, beam=True, padded_generate=True, window_crossings=True,
     )
@@ -58,13 +58,14 @@ def _failed(results: dict[str, CheckResult]) -> dict[str, str]:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize(("spec", "cache", "attn"), [
     (LLAMA, "static", "sdpa"), (MISTRAL, "static", "sdpa"), (LLAMA, "quantized", "sdpa"),
-    (LLAMA, "dynamic", "eager"), (MISTRAL, "static", "eager"),
-], ids=["llama-static", "mistral-static-sliding", "llama-quantized", "llama-eager", "mistral-static-eager"])
+    (LLAMA, "dynamic", "eager"), (MISTRAL, "static", "eager"), (LLAMA, "quanto-int4", "sdpa"), (LLAMA, "hqq-int2", "sdpa"),
+], ids=["llama-static", "mistral-static-sliding", "llama-quantized", "llama-eager", "mistral-static-eager", "llama-quanto-int4",
+        "llama-hqq-int2"])
 def test_healthy_models_pass_every_path(runner, spec, cache, attn, dtype):
     results = run_checks(runner, spec, dtype, cache, attn)
     assert not _failed(results), _failed(results)
+    full_precision = cache not in QUANTIZED_KINDS
     if dtype == "float32":
-        full_precision = cache != "quantized"
         beam = ({"beam"} if attn == "sdpa" else set()) if cache == "dynamic" else {"reorder"}
         reuse_paths = {"generate", "padded_generate"} if attn == "sdpa" and full_precision else set()
         expected = ({"kv_parity"} if full_precision else {"quantized_kv"}) | beam | reuse_paths
@@ -72,7 +73,7 @@ def test_healthy_models_pass_every_path(runner, spec, cache, attn, dtype):
         assert expected <= set(results), sorted(results)
         # The reuse paths run with the model's own attention only (checks/table.py).
         assert attn == "sdpa" or not {"generate", "padded_generate"} & set(results), sorted(results)
-    if cache != "quantized" and spec is LLAMA and attn == "sdpa":
+    if full_precision and spec is LLAMA and attn == "sdpa":
         assert "crop" in results, "a dynamic or full-attention static cache is croppable"
 
 
@@ -105,6 +106,32 @@ def test_quantized_cells_are_judged_against_the_fp8_design(runner):
     # The design itself leaves full precision by far more than the float32 limit: that is a finding, not the verdict.
     assert record.full_precision_delta > 100 * float(results["parity"].limit), results["parity"].message
     assert results["quantized_kv"].passed and "saturation (by design, not a fault)" in results["quantized_kv"].message
+
+
+def test_integer_quantized_cells_flush_their_residual_during_the_decode(runner):
+    """residual_length 3 over 8 decode steps: flushed at steps 3 and 6, so the decode ends with 2 residual tokens, and
+    the bytes follow the design's split (packed bits, a scale and a zero point per group, the residual)."""
+    results = run_checks(runner, LLAMA, cache="hqq-int4")
+    record = runner.outcomes["llama[float32-cpu-hqq-int4]"].record
+    assert record.quant_config == {"backend": "hqq", "nbits": 4, "residual_length": 3, "q_group_size": 16}
+    assert "the hqq int4 design reference" in results["parity"].message, results["parity"].message
+    assert "12 tokens quantized, 2 in the full-precision residual" in results["quantized_kv"].message
+    residual = [step.layers[0].residual_bytes for step in record.steps]
+    assert [b // residual[1] if residual[1] else 0 for b in residual] == [0, 1, 2, 0, 1, 2, 0, 1, 2], residual
+    assert "numel × 4/8 packed bytes + a float32 scale and zero point per group of 16" in results["bytes"].message
+
+
+def test_a_missing_backend_skips_its_cells_naming_the_pip_command(monkeypatch):
+    import importlib.util
+
+    from kvconform.cells import untestable
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "hqq" else real(name, *a))
+    reason = untestable("parity", Cell(LLAMA, "float32", "cpu", "hqq-int2"))
+    assert reason is not None and "QuantizedCache(backend='hqq') needs hqq, which is not installed" in reason, reason
+    assert 'pip install "kvconform[quantized]"' in reason
+    assert untestable("parity", Cell(LLAMA, "float32", "cpu", "quanto-int2")) is None
 
 
 def test_quantized_bytes_describe_fp8_values_and_scales(runner):
@@ -165,6 +192,16 @@ PATH_FAULTS = {
                              "leave the same static cache prefilled in that row order from decode step 0", {"reorder"}),
     "quantized_not_reordered": (LLAMA, "quantized", "sdpa", "reorder",
                                 "leave the same prefilled quantized cache with its rows moved by hand from decode step 0", {"reorder"}),
+    # The residual design decides the split at every step: the late flush (decode step 3) changes what attention
+    # reads (parity, reorder), what is stored (quantized_kv) and its bytes; the length and shapes stay right.
+    "int_residual_flushed_late": (LLAMA, "hqq-int4", "sdpa", "bytes", "after decode step 3 the cache holds",
+                                  {"parity", "bytes", "quantized_kv", "reorder"}),
+    "int_block_other_scale": (LLAMA, "quanto-int2", "sdpa", "quantized_kv",
+                              "layer 0, position 4 (keys): the stored packed values with their scale and zero point dequantize",
+                              {"parity", "quantized_kv", "reorder"}),
+    # Only a reorder followed by a flush and another update reaches it: the main decode never reorders.
+    "int_reorder_kept_after_flush": (LLAMA, "quanto-int4", "sdpa", "reorder",
+                                     "leave its residual design, prefilled and reordered alike from decode step 3", {"reorder"}),
 }
 
 
@@ -175,6 +212,8 @@ def test_planted_path_fault_fails_its_check(runner, fault, dtype):
     spec, cache, attn, check, located, fails = PATH_FAULTS[fault]
     if check in ("beam", "reorder", "window") and dtype != "float32":
         pytest.skip(f"{check} is compared in float32 cells only")
+    if cache in INT_QUANTIZED and dtype != "float32":
+        pytest.skip("the integer backends' faults are dtype-free index and flush logic: float32 cells show them")
     with planted(fault):
         results = run_checks(runner, spec, dtype, cache, attn)
     assert _failed(results).keys() == fails & results.keys(), _failed(results)

@@ -127,7 +127,7 @@ BAD_OPTIONS = {
                                              "mps (for a GPU pass --device cuda and choose which one with "
                                              "CUDA_VISIBLE_DEVICES=7)"),
     "device-name": (["--device", "gpu"], "--device: unknown value 'gpu'."),
-    "cache": (["--cache", "bogus"], "--cache: unknown value 'bogus'. Available: dynamic, quantized, static"),
+    "cache": (["--cache", "bogus"], "--cache: unknown value 'bogus'. Available: dynamic, hqq-int2, hqq-int4, quantized, quanto-int2, quanto-int4, static"),
     "attn": (["--attn", "flash"], "--attn: unknown value 'flash'. Available: eager, flex_attention, sdpa"),
     "dtype-alias": (["--dtype", "fp16"], "--dtype: unknown value 'fp16'. Did you mean: float16? Available: bfloat16, float16, float32"),
     "shard-count": (["--shard", "1/0"], "--shard 1/0: N (the number of shards) must be >= 1, got 0"),

@@ -109,3 +109,17 @@ def test_a_misspelt_key_is_a_matrix_error(tmp_path, key, error) -> None:
     with pytest.raises(MatrixError) as caught:
         load_matrix(tmp_path / "matrix.yaml", known_model_types=lambda: ["llama"])
     assert error in str(caught.value), str(caught.value)
+
+
+def test_a_quantized_cache_kind_is_matched_whole_or_by_its_parts() -> None:
+    from kvconform.known_failures import key_problem
+    from kvconform.matrix import ATTENTIONS, CACHE_TAGS, DTYPES
+
+    entries = {key: KnownFailure(key, "model bug", key) for key in ("parity@hqq", "bytes@quanto-int2")}
+    assert known_failure(entries, "parity", "float32", "hqq-int2", "sdpa") == entries["parity@hqq"]
+    assert known_failure(entries, "parity", "float32", "quanto-int4", "sdpa") is None
+    assert known_failure(entries, "bytes", "float32", "quanto-int2", "sdpa") == entries["bytes@quanto-int2"]
+    assert known_failure(entries, "bytes", "float32", "hqq-int2", "sdpa") is None
+    tags = (*DTYPES, *CACHE_TAGS, *ATTENTIONS)
+    assert key_problem("parity@int4-eager", ("parity",), tags) is None
+    assert "unknown tag 'int3'" in str(key_problem("parity@int3", ("parity",), tags))

@@ -225,7 +225,7 @@ def test_sweep_errors(entry: dict[str, Any], fragments: list[str]) -> None:
     ([{"id": "a", "synthetic": "llama", "dtypes": ["float32", "float64"]}], None,
      ["models[0] (id 'a')", "'dtypes'", "unknown value 'float64'", "Did you mean", "float32"]),
     ([{"id": "a", "synthetic": "llama"}], {**DEFAULTS, "devices": ["gpu"]}, ["defaults", "'devices'", "'gpu'"]),
-    ([{"id": "a", "synthetic": "llama", "caches": ["sliding"]}], None, ["'caches'", "'sliding'", "dynamic, quantized, static"]),
+    ([{"id": "a", "synthetic": "llama", "caches": ["sliding"]}], None, ["'caches'", "'sliding'", "dynamic, hqq-int2, hqq-int4, quantized, quanto-int2, quanto-int4, static"]),
     ([{"id": "a", "synthetic": "llama", "tolerances": {"float64": {"atol": 1.0}}}], None, ["'tolerances'", "'float64'"]),
     # duplicate ids
     ([{"id": "tiny", "synthetic": "llama"}, {"id": "tiny", "synthetic": "gpt2"}], None, ["duplicate model id 'tiny'"]),

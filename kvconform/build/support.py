@@ -15,19 +15,42 @@
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from kvconform.build.geometry import cache_geometry
 from kvconform.build.models import Model
-from kvconform.matrix import ModelSpec
+from kvconform.matrix import INT_QUANTIZED, QUANTIZED, ModelSpec, missing_backend
 
 #: A cache length for trial construction (the layers are allocated lazily).
 _TRIAL_LENGTH = 8
 
 #: The ``QuantizedCache`` backend that needs no extra package (float8 values with a per-tensor scale).
 QUANTIZED_BACKEND = "fp8"
+#: Full-precision tokens an integer-quantized layer keeps before they are quantized: small, so the 8-step decode
+#: flushes its residual twice (at steps 3 and 6 after a prefill).
+RESIDUAL_LENGTH = 3
+#: The integer backends' group size, where the head dims allow it (it must divide them, so that a quanto group
+#: never spans two tokens and every length is a whole number of groups).
+GROUP_SIZE = 16
+def int_cache_config(config: Any, kind: str) -> dict[str, Any]:
+    """The ``cache_config`` of an integer-quantized cell: backend, nbits, residual_length, q_group_size."""
+    backend, nbits = INT_QUANTIZED[kind]
+    dims = [dim for layer in cache_geometry(config).kv_layers for dim in (layer.k_head_dim, layer.v_head_dim)]
+    return {"backend": backend, "nbits": nbits, "residual_length": RESIDUAL_LENGTH,
+            "q_group_size": math.gcd(GROUP_SIZE, *dims) if dims else GROUP_SIZE}
+
+
+def quantized_cache(config: Any, kind: str) -> Any:
+    """transformers' ``QuantizedCache`` for the cache kind ``kind`` (fp8, or an integer backend with its settings)."""
+    from transformers import QuantizedCache
+
+    if kind == QUANTIZED:
+        return QuantizedCache(backend=QUANTIZED_BACKEND, config=config)
+    return QuantizedCache(config=config, **int_cache_config(config, kind))
 
 
 def model_class(model_type: str) -> Any:
@@ -96,18 +119,21 @@ def cache_support(cls: Any, config: Any, cache: str) -> str | None:
         import transformers
 
         return (f"transformers {transformers.__version__} has no QuantizedCache backend {QUANTIZED_BACKEND!r} "
-                "(it came in a later release; the quanto and hqq backends need extra packages)")
-    if cache == "quantized" and getattr(text, "is_encoder_decoder", False):
+                "(it came in a later release; the quanto and hqq kinds need the quantized extra)")
+    if cache != "static" and getattr(text, "is_encoder_decoder", False):
         return "generate() refuses the quantized cache for encoder-decoder configs"
-    from transformers import QuantizedCache, StaticCache
+    if missing_backend(cache):
+        return missing_backend(cache)
+    from transformers import StaticCache
 
     try:
         if cache == "static":
             StaticCache(config=config, max_cache_len=_TRIAL_LENGTH)
         else:
-            QuantizedCache(backend=QUANTIZED_BACKEND, config=config)
+            quantized_cache(config, cache)
     except (ValueError, KeyError, AttributeError, TypeError) as exc:
-        kind = "StaticCache" if cache == "static" else f"QuantizedCache(backend={QUANTIZED_BACKEND!r})"
+        backend = INT_QUANTIZED[cache][0] if cache in INT_QUANTIZED else QUANTIZED_BACKEND
+        kind = "StaticCache" if cache == "static" else f"QuantizedCache(backend={backend!r})"
         return f"transformers builds no {kind} for this config: {type(exc).__name__}: {str(exc)[:200]}"
     return None
 

@@ -320,3 +320,32 @@ def render_text(kv: KvBytes) -> str:
     ]
     parts = ["\n".join(header), _layer_table(kv), _summary_table(kv), "\n".join(_notes(kv))]
     return "\n\n".join(part for part in parts if part) + "\n"
+
+
+def residual_split(prompt: int, steps: int, residual_length: int) -> tuple[int, int]:
+    """``(quantized, residual)`` tokens of an integer-quantized layer after the prefill of ``prompt`` tokens and
+    ``steps`` one-token updates, by its documented design (KIVI's residual): the prefill is quantized whole; each
+    token joins the full-precision residual, and when the residual and the new token reach ``residual_length``
+    all of them are quantized and the residual emptied."""
+    quantized, residual = prompt, 0
+    for _ in range(steps):
+        if residual + 1 >= residual_length:
+            quantized, residual = quantized + residual + 1, 0
+        else:
+            residual += 1
+    return quantized, residual
+
+
+def int_quantized_bytes(layer: LayerGeometry, batch: int, quantized: int, residual: int, config: dict[str, Any],
+                        value_bytes: int) -> int:
+    """Bytes of one quanto/HQQ layer by the backends' documented layout: per tensor, ``numel × nbits / 8`` packed bytes
+    (quanto packs ``8 // nbits`` rows of groups into one, rounding the rows up; HQQ ``8 // nbits`` rows of its
+    ``[q_group_size, groups]`` view), one scale and one zero point per group of ``q_group_size`` values in the K/V
+    dtype, and the residual's tokens in the K/V dtype (``value_bytes`` each)."""
+    group, per_byte = config["q_group_size"], 8 // config["nbits"]
+    total = 0
+    for head_dim in (layer.k_head_dim, layer.v_head_dim):
+        groups = batch * layer.kv_heads * quantized * head_dim // group
+        packed = -(-groups // per_byte) * group if config["backend"] == "quanto" else group // per_byte * groups
+        total += packed + 2 * groups * value_bytes + batch * layer.kv_heads * residual * head_dim * value_bytes
+    return total

@@ -5,7 +5,7 @@ from __future__ import annotations
 from kvconform.matrix import Tolerance
 from kvconform.probe.attention import AgreementRecord
 from kvconform.probe.generation import BeamRecord
-from kvconform.probe.quantized import QuantizedKVRecord
+from kvconform.probe.quantized import IntQuantizedRecord, QuantizedKVRecord
 from kvconform.results import CheckResult, Figure
 
 #: A beam score is the mean log-probability of its tokens; a log-softmax moves by at most twice the
@@ -67,10 +67,12 @@ def attention_agreement(record: AgreementRecord | None, tolerance: Tolerance) ->
     return CheckResult("attn_agreement", False, f"{worst:.2e}", f"{limit:.2e}", message, details, Figure(worst, limit, "logit"))
 
 
-def quantized_kv(record: QuantizedKVRecord | None) -> CheckResult:
+def quantized_kv(record: QuantizedKVRecord | IntQuantizedRecord | None) -> CheckResult:
     """The fp8 cache stores what its documented design stores: the frozen scale, and every value's float8 round trip."""
     if record is None:
         return CheckResult("quantized_kv", False, "not run", "", "no quantized layer was filled (the model never updated the cache)")
+    if isinstance(record, IntQuantizedRecord):
+        return int_quantized_kv(record)
     details = {"worst_excess": record.worst_excess, "first_layer": record.first_layer,
                "saturated_fraction": record.saturated_fraction, "max_ratio_to_scale": record.max_ratio_to_scale}
     saturation = (f"saturation (by design, not a fault): {record.saturated_fraction:.1%} of the K/V values exceed 448 × their "
@@ -86,3 +88,20 @@ def quantized_kv(record: QuantizedKVRecord | None) -> CheckResult:
                f"differs from the fp8 design (worst {record.worst_excess:.3g} rounding steps); {saturation}")
     return CheckResult("quantized_kv", False, f"{record.worst_excess:.3g} step", "1 step", message, details,
                        Figure(record.worst_excess, 1.0, "fp8 step"))
+
+
+def int_quantized_kv(record: IntQuantizedRecord) -> CheckResult:
+    """A quanto/HQQ cache stores what its residual design stores: the tokens since the last flush in full precision,
+    the rest as packed integers whose scale and zero point (read by kvconform) give the design's quantized part."""
+    limit = record.relative_limit * record.worst_scale
+    details = {"worst_delta": record.worst_delta, "limit": limit, "quantized_tokens": record.quantized_tokens,
+               "residual_tokens": record.residual_tokens, "round_trip_delta": record.round_trip_delta}
+    split = f"{record.quantized_tokens} tokens quantized, {record.residual_tokens} in the full-precision residual"
+    design = f"the quantization's own error (design vs full precision): {record.round_trip_delta:.3g}"
+    figure = Figure(record.worst_delta, limit, "value")
+    if record.problem is not None:
+        return CheckResult("quantized_kv", False, f"{record.worst_delta:.3g}", f"{limit:.2g}",
+                           f"{record.problem}; the design holds {split}; {design}", details, figure)
+    message = (f"the design's split ({split}); the packed values dequantized with their own group's scale and zero "
+               f"point give the design's quantized part (max |Δ| {record.worst_delta:.2g} ≤ {limit:.2g}); {design}")
+    return CheckResult("quantized_kv", True, f"{record.worst_delta:.2g}", f"{limit:.2g}", message, details, figure)

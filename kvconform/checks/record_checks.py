@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from kvconform.build.geometry import CacheGeometry, LayerGeometry
 from kvconform.checks import path_checks
+from kvconform.checks.formula import int_quantized_bytes, residual_split
 from kvconform.checks.table import PATH_CHECKS, RECORD_CHECKS
 from kvconform.matrix import Tolerance
 from kvconform.probe.decode import GenerateRecord, ProbeRecord, StepRecord
@@ -23,7 +24,8 @@ from kvconform.results import CheckResult, Figure
 
 BYTES_PER_VALUE = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "int8": 1}
 #: What a cache kind stores its K/V as, where that is not the model's dtype.
-STORED_DTYPE = {"quantized": "float8_e4m3fn"}
+STORED_DTYPE = {"quantized": "float8_e4m3fn", "quanto-int4": "int4", "quanto-int2": "int2", "hqq-int4": "int4",
+                "hqq-int2": "int2"}
 #: Bytes of one quantization scale (float32).
 SCALE_BYTES = 4
 #: The diagnosis of a parity failure that starts at the prefill, before any cache entry was read.
@@ -59,7 +61,7 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
     if not failing:
         message = f"max |Δlogit| {measured} at step {worst.step} ≤ {shown_limit} ({_limit_text(tolerance, record)}); {argmax_note}"
         if record.full_precision_delta is not None:
-            message += (f"; against {record.reference} (fp8 frozen-scale quantization); the full-precision uncached pass "
+            message += (f"; against {record.reference}; the full-precision uncached pass "
                         f"differs by {record.full_precision_delta:.3g} by design")
         return CheckResult("parity", True, measured, shown_limit, message, details, figure)
     first = failing[0]
@@ -317,6 +319,8 @@ def _layer_shape_problem(layer: LayerGeometry, state: LayerState, batch: int, se
 
 def cache_bytes(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     """Measured K/V tensor bytes equal ``2 × L × H_kv × d_head × N × B × bytes`` (per layer), exactly."""
+    if record.quant_config is not None:
+        return _int_quantized_bytes(record, geometry, record.quant_config)
     stored = STORED_DTYPE.get(record.plan.cache)
     per_value = BYTES_PER_VALUE[stored or record.dtype]
     scales = SCALES_PER_LAYER * SCALE_BYTES * len(geometry.kv_layers) if stored else 0
@@ -359,6 +363,29 @@ def _formula_text(geometry: CacheGeometry, batch: int, seen: int, record: ProbeR
         f"{text} of {stored} values, + {SCALES_PER_LAYER} float32 scales ({SCALE_BYTES} B each) per layer; "
         f"full-precision residual: {residual:,} B (the fp8 backend keeps none)"
     )
+
+
+def _int_quantized_bytes(record: ProbeRecord, geometry: CacheGeometry, config: dict[str, Any]) -> CheckResult:
+    """quanto/HQQ: packed bits + a scale and a zero point per group + the full-precision residual, at every step, with
+    the quantized/residual split the design gives (``formula.residual_split``), not the one the cache reports."""
+    batch, value_bytes = record.plan.batch_size, BYTES_PER_VALUE[record.dtype]
+    trace = []
+    for step in record.steps:
+        quantized, residual = residual_split(record.plan.prompt_length, step.step, config["residual_length"])
+        measured = sum(state.kv_bytes for state in step.layers)
+        expected = sum(int_quantized_bytes(layer, batch, quantized, residual, config, value_bytes) for layer in geometry.kv_layers)
+        trace.append((measured, expected))
+        text = (f"Σ over {len(geometry.kv_layers)} K/V layers of {quantized} tokens as {config['backend']} int{config['nbits']} "
+                f"(numel × {config['nbits']}/8 packed bytes + a {record.dtype} scale and zero point per group of "
+                f"{config['q_group_size']}) + {residual} residual tokens in {record.dtype} (residual_length {config['residual_length']})")
+        if measured != expected:
+            when = "prefill" if step.step == 0 else f"decode step {step.step}"
+            message = f"after {when} the cache holds {measured:,} bytes of K/V, the design gives {expected:,}: {text}"
+            return CheckResult("bytes", False, f"{measured:,} B", f"{expected:,} B", message, {"bytes_trace": trace},
+                               Figure(measured, expected, "B", "equal"))
+    measured, expected = trace[-1]
+    return CheckResult("bytes", True, f"{measured:,} B", f"{expected:,} B", f"{measured:,} bytes = the design at every step; {text}",
+                       {"bytes_trace": trace}, Figure(measured, expected, "B", "equal"))
 
 
 def generate(record: ProbeRecord, tolerance: Tolerance, gen: GenerateRecord | None = None, name: str = "generate") -> CheckResult:

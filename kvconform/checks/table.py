@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # matrix.py reads the table to validate known-failure keys
 #: Cache kinds whose reference is a full-precision run: the fp8 cache leaves it by design (its frozen scale
 #: saturates), so quantized cells are judged against the fp8 design instead (docs/cache-paths.md).
 FULL_PRECISION = ("dynamic", "static")
+#: The quantized cache kinds (``matrix.QUANTIZED_KINDS``; kept here, as the matrix reads this table).
+QUANTIZED_KINDS = ("quantized", "quanto-int4", "quanto-int2", "hqq-int4", "hqq-int2")
 CAUSAL = (CAUSAL_LM,)
 
 
@@ -97,14 +99,15 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("beam", "beam search with and without the cache returns the same beams and scores", enabled_by="beam",
               float32_only=True, caches=("dynamic",), attention="default", families=CAUSAL),
     CheckInfo("reorder", "reorder_cache on a prefilled cache equals prefilling the rows in that order", enabled_by="beam",
-              float32_only=True, caches=("static", "quantized"), families=CAUSAL),
+              float32_only=True, caches=("static", *QUANTIZED_KINDS), families=CAUSAL),
     CheckInfo("padded_generate", "generate() on a left-padded batch picks the same tokens with and without the cache",
               enabled_by="padded_generate", float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL,
               reuse_path=True),
     CheckInfo("attn_agreement", "this attention and the model's default agree on uncached logits", float32_only=True,
               caches=("dynamic",), attention="other", families=CAUSAL),
-    CheckInfo("quantized_kv", "the fp8 cache stores its design's frozen-scale float8 round trip of every value",
-              caches=("quantized",), families=CAUSAL),
+    CheckInfo("quantized_kv", "a quantized cache stores what its backend's design stores (fp8: the frozen-scale float8 "
+              "round trip; quanto/HQQ: the residual, and packed values that dequantize to the design's)",
+              caches=QUANTIZED_KINDS, families=CAUSAL),
     CheckInfo("cross_growth", "every cross-attention layer holds the encoder length from the prefill on, never growing",
               families=ENCODER_DECODER),
     CheckInfo("cross_shapes", "cross-attention K/V are [B, H_kv, encoder length, head_dim] with the decoder's heads",

@@ -9,8 +9,9 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
-from kvconform.build.support import QUANTIZED_BACKEND
+from kvconform.build.support import QUANTIZED_BACKEND, int_cache_config, quantized_cache
 from kvconform.compat import CACHE_KEYWORDS, layer_lists
+from kvconform.matrix import INT_QUANTIZED, QUANTIZED_KINDS
 
 
 def keep_logits(model: Model, count: int) -> dict[str, int]:
@@ -73,10 +74,8 @@ def new_cache(model: Model, kind: str, max_len: int) -> Any:
         from transformers import StaticCache
 
         return StaticCache(config=model.config, max_cache_len=max_len)
-    if kind == "quantized":
-        from transformers import QuantizedCache
-
-        return QuantizedCache(backend=QUANTIZED_BACKEND, config=model.config)
+    if kind in QUANTIZED_KINDS:
+        return quantized_cache(model.config, kind)
     raise ValueError(f"unknown cache kind {kind!r}")
 
 
@@ -110,10 +109,13 @@ def seq_length(cache: Any) -> int | None:
         return None
 
 
-def cache_implementation(cache: str) -> dict[str, Any]:
-    """The ``generate()`` arguments that make it build the cell's cache kind."""
+def cache_implementation(cache: str, config: Any = None) -> dict[str, Any]:
+    """The ``generate()`` arguments that make it build the cell's cache kind (``config``: the model's, for the
+    integer backends' group size)."""
     if cache == "dynamic":
         return {}
     if cache == "quantized":
         return {"cache_implementation": "quantized", "cache_config": {"backend": QUANTIZED_BACKEND}}
+    if cache in INT_QUANTIZED:
+        return {"cache_implementation": "quantized", "cache_config": int_cache_config(config, cache)}
     return {"cache_implementation": cache}

@@ -19,8 +19,10 @@ import torch
 
 from kvconform.build.geometry import cache_geometry
 from kvconform.build.models import Model
+from kvconform.build.support import int_cache_config
 from kvconform.compat import cache_keyword
-from kvconform.matrix import Tolerance
+from kvconform.matrix import QUANTIZED_KINDS, Tolerance
+from kvconform.probe import fp8_design, int_design
 from kvconform.probe.cache_io import (
     cache_implementation,
     cache_layers,
@@ -34,10 +36,9 @@ from kvconform.probe.cache_io import (
 )
 from kvconform.probe.chunked import ChunkedRecord, run_chunked, run_chunked_generate
 from kvconform.probe.crop import run_crop
-from kvconform.probe.fp8_design import compare_with_design, design_cache
 from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
-from kvconform.probe.quantized import QuantizedKVRecord
+from kvconform.probe.quantized import IntQuantizedRecord, QuantizedKVRecord
 from kvconform.probe.reference_health import PrefillSplit, PrefixInstability, TopkTies, prefix_instability, topk_ties
 from kvconform.probe.reorder import run_reorder
 from kvconform.probe.selections import SelectionReplay, replay_selections
@@ -129,8 +130,10 @@ class ProbeRecord:
     timings: dict[str, float] = field(default_factory=dict)
     reference: str = "the uncached reference"
     """What the cached logits are compared with (quantized cells: the fp8 design, see fp8_design.py)."""
-    quantized: QuantizedKVRecord | None = None
-    """Quantized cells: the stored fp8 values against the design's."""
+    quantized: QuantizedKVRecord | IntQuantizedRecord | None = None
+    """Quantized cells: the stored values against the design's (fp8: frozen scale; quanto/HQQ: residual design)."""
+    quant_config: dict[str, Any] | None = None
+    """Integer-quantized cells: the ``cache_config`` (backend, nbits, residual_length, q_group_size)."""
     full_precision_delta: float | None = None
     """Quantized cells: max |Δlogit| against the uncached full-precision pass (a finding, not a verdict)."""
     mask_compared: int = 0
@@ -211,10 +214,11 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     uncached_steps = reference_steps = uncached[:, -(plan.decode_steps + 1) :, :]
     timings["reference_s"] = time.perf_counter() - start
     quantized, full_precision_delta = None, None
-    if plan.cache == "quantized":  # judged against the fp8 design (fp8_design.py); full precision is a finding
+    quant_config = int_cache_config(model.config, plan.cache) if plan.cache in QUANTIZED_KINDS[1:] else None
+    if plan.cache in QUANTIZED_KINDS:  # judged against the backend's design (fp8_design.py, int_design.py); full precision is a finding
         start = time.perf_counter()
         full_precision_delta = max(_compare(logits, reference_steps[:, k, :])[0] for k, logits in enumerate(cached_logits))
-        reference_steps, quantized = _design_reference(model, keyword, full, plan.prompt_length, cache)
+        reference_steps, quantized = _design_reference(model, keyword, full, plan.prompt_length, cache, quant_config)
         timings["design_reference_s"] = time.perf_counter() - start
 
     steps = []
@@ -233,7 +237,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     finite_ref = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     logit_scale = float(finite_ref.abs().max())
     divergence, unstable, ties, replay, kv, pairs, split = None, None, None, None, None, None, None
-    if plan.cache != "quantized":  # one fresh pass's K/V, for the kv_parity check and the localization
+    if plan.cache not in QUANTIZED_KINDS:  # one fresh pass's K/V, for the kv_parity check and the localization
         start = time.perf_counter()
         try:
             pairs = _kv_pairs(model, keyword, plan, cache, full)
@@ -252,7 +256,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         divergence = locate_divergence(pairs, valid_length=total, preallocated=plan.cache != "dynamic")
         if steps[0].max_abs_delta > limit:
             split = _prefill_split(model, keyword, prompt, reference_steps, steps[0].max_abs_delta, limit, type(cache).__name__)
-        if plan.cache != "quantized":  # the fp8 design reference is itself a cached decode
+        if plan.cache not in QUANTIZED_KINDS:  # the design reference is itself a cached decode
             replay = replay_selections(model, getattr(torch, dtype), lambda: _decode_deltas(model, keyword, plan, full, reference_steps),
                                        lambda: model(input_ids=full, use_cache=False))
         timings["locate_s"] = time.perf_counter() - start
@@ -321,8 +325,9 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         mask_problems=mask_problems,
         paths=paths,
         timings=timings,
-        reference="the fp8 design reference" if quantized is not None else "the uncached reference",
+        reference=_reference_name(plan.cache, quant_config),
         quantized=quantized,
+        quant_config=quant_config,
         full_precision_delta=full_precision_delta,
     )
 
@@ -408,15 +413,24 @@ def _decode_deltas(model: Model, keyword: str, plan: ProbePlan, full: torch.Tens
     return deltas
 
 
-def _design_reference(model: Model, keyword: str, full: torch.Tensor, prompt_length: int,
-                      cache: Any) -> tuple[torch.Tensor, QuantizedKVRecord]:
-    """The same prefill and decode through the fp8 design on full-precision storage: its logits [B, N+1, V]
-    and the real cache's stored values compared with the design's."""
-    design = design_cache(model)
+def _reference_name(cache: str, config: dict[str, Any] | None) -> str:
+    if config is not None:
+        return (f"the {config['backend']} int{config['nbits']} design reference (residual_length {config['residual_length']}, "
+                f"q_group_size {config['q_group_size']})")
+    return "the fp8 design reference" if cache in QUANTIZED_KINDS else "the uncached reference"
+
+
+def _design_reference(model: Model, keyword: str, full: torch.Tensor, prompt_length: int, cache: Any,
+                      config: dict[str, Any] | None) -> tuple[torch.Tensor, QuantizedKVRecord | IntQuantizedRecord]:
+    """The same prefill and decode through the backend's design on full-precision storage (fp8: ``config`` None):
+    its logits [B, N+1, V] and the real cache's stored values compared with the design's."""
+    design = fp8_design.design_cache(model) if config is None else int_design.design_cache(model, config)
     logits = [model(input_ids=full[:, :prompt_length], use_cache=True, **keep_logits(model, 1), **{keyword: design}).logits[:, -1, :]]
     for position in range(prompt_length, full.shape[1]):
         logits.append(model(input_ids=full[:, position : position + 1], use_cache=True, **{keyword: design}).logits[:, -1, :])
-    return torch.stack(logits, dim=1), compare_with_design(cache, design)
+    record = (fp8_design.compare_with_design(cache, design) if config is None
+              else int_design.compare_with_design(cache, design, config))
+    return torch.stack(logits, dim=1), record
 
 
 def _kv_pairs(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> list[LayerPair]:
@@ -489,7 +503,7 @@ def _generate_both(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps
         config.update(
             max_new_tokens=steps, min_new_tokens=steps, do_sample=False, num_beams=1, use_cache=use_cache,
             eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
-            **(cache_implementation(cache) if use_cache else {}),
+            **(cache_implementation(cache, model.config) if use_cache else {}),
         )
         runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=mask)
     return runs

@@ -90,7 +90,7 @@ def run_beam(model: Model, plan: Any) -> BeamRecord:
                 max_new_tokens=plan.decode_steps, min_new_tokens=plan.decode_steps, do_sample=False,
                 num_beams=NUM_BEAMS, num_return_sequences=NUM_BEAMS, early_stopping=False, length_penalty=1.0,
                 use_cache=use_cache, eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
-                **(cache_implementation(plan.cache) if use_cache else {}),
+                **(cache_implementation(plan.cache, model.config) if use_cache else {}),
             )
             runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
     except ValueError as exc:

@@ -27,6 +27,8 @@ class LayerState:
     """Quantized layers: bytes of the quantization scales (included in ``kv_bytes``)."""
     residual_bytes: int = 0
     """Quantized layers: bytes of the full-precision part kept beside the quantized one (included in ``kv_bytes``)."""
+    quantized_tokens: int | None = None
+    """Integer-quantized layers (quanto, HQQ): tokens held quantized; the shapes count these and the residual's."""
 
 
 def snapshot_layers(cache: Any) -> list[LayerState]:
@@ -68,20 +70,44 @@ def quantized_state(index: int, layer: Any) -> LayerState | None:
     """The stored state of a quantized layer, or ``None`` for any other layer."""
     from transformers import cache_utils
 
-    # Releases before the fp8 backend (5.20) have no BaseQuantizedLayer, and kvconform builds no other quantized cache.
-    quantized_class = getattr(cache_utils, "BaseQuantizedLayer", None)
+    # Releases before the fp8 backend (5.20) have no BaseQuantizedLayer; kvconform reads fp8, quanto and HQQ layers.
+    quantized_class = getattr(cache_utils, "BaseQuantizedLayer", None) or getattr(cache_utils, "QuantizedLayer", None)
     if quantized_class is None or not isinstance(layer, quantized_class):
         return None
     stored: list[Any] = [getattr(layer, "_quantized_keys", None), getattr(layer, "_quantized_values", None)]
     if stored == [None, None]:  # never updated (e.g. a cross-attention layer's slot)
         return LayerState(index=index, layer_class=type(layer).__name__, keys_shape=None, values_shape=None, dtype=None, kv_bytes=0)
+    residual = [tensor if isinstance(tensor, torch.Tensor) and tensor.dim() == 4 else None
+                for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None))]
+    residual_bytes = sum(_nbytes(tensor) for tensor in residual)
+    nbits = getattr(layer, "nbits", None)
+    if nbits is not None:  # quanto / HQQ: packed integers, per-group scale and zero point, a full-precision residual
+        parts = [_int_parts(part) for part in stored]
+        shapes = [tuple(shape[:-2]) + (shape[-2] + (0 if held is None else held.shape[-2]), shape[-1])
+                  for (shape, _, _), held in zip(parts, residual, strict=True)]
+        scale_bytes = sum(scales for _, _, scales in parts)
+        return LayerState(
+            index=index, layer_class=type(layer).__name__, keys_shape=shapes[0], values_shape=shapes[1], dtype=f"int{nbits}",
+            kv_bytes=sum(packed for _, packed, _ in parts) + scale_bytes + residual_bytes,
+            scale_bytes=scale_bytes, residual_bytes=residual_bytes, quantized_tokens=parts[0][0][-2],
+        )
     if not all(isinstance(part, tuple) and len(part) == 2 for part in stored):
         raise TypeError(f"{type(layer).__name__}: unknown quantized layout (kvconform reads the fp8 backend's (values, scale) pairs)")
     (keys, key_scale), (values, value_scale) = stored
     scale_bytes = _nbytes(key_scale) + _nbytes(value_scale)
-    residual = _nbytes(getattr(layer, "keys", None)) + _nbytes(getattr(layer, "values", None))
     return LayerState(
         index=index, layer_class=type(layer).__name__, keys_shape=tuple(keys.shape), values_shape=tuple(values.shape),
-        dtype=str(keys.dtype).removeprefix("torch."), kv_bytes=_nbytes(keys) + _nbytes(values) + scale_bytes + residual,
-        scale_bytes=scale_bytes, residual_bytes=residual,
+        dtype=str(keys.dtype).removeprefix("torch."), kv_bytes=_nbytes(keys) + _nbytes(values) + scale_bytes + residual_bytes,
+        scale_bytes=scale_bytes, residual_bytes=residual_bytes,
     )
+
+
+def _int_parts(part: Any) -> tuple[tuple[int, ...], int, int]:
+    """A quanto or HQQ quantized tensor: its logical shape, the bytes of its packed values, of its scales and zero points."""
+    if isinstance(part, tuple) and len(part) == 2 and isinstance(part[1], dict):  # HQQ: (packed, meta)
+        packed, meta = part
+        return tuple(meta["shape"]), _nbytes(packed), _nbytes(meta.get("scale")) + _nbytes(meta.get("zero"))
+    packed = getattr(getattr(part, "_data", None), "_data", None)
+    if not isinstance(packed, torch.Tensor):
+        raise TypeError(f"{type(part).__name__}: unknown quantized layout (kvconform reads quanto's PackedTensor and HQQ's (packed, meta))")
+    return tuple(part.shape), _nbytes(packed), _nbytes(getattr(part, "_scale", None)) + _nbytes(getattr(part, "_shift", None))

@@ -11,6 +11,10 @@ moved by hand (``index_select`` on the batch axis): a fresh prefill in another r
 at another place of the batch's matmuls, which rounds differently on some CPU kernels, and a float8 value at
 a rounding boundary then lands one step (6 %) away: a difference of the kernels, not of ``reorder_cache``.
 State a model keeps outside its cache is caught by the static cells' fresh-prefill comparison.
+
+An integer-quantized cache (quanto, HQQ) is compared with its residual design (``int_design``), prefilled with the
+same rows and reordered the same way: HQQ's groups span batch rows, so no per-row tensor can be moved by hand,
+and transformers defers the quantized part's move to the next update, which the decode then crosses with flushes.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
+from kvconform.build.support import int_cache_config
+from kvconform.matrix import INT_QUANTIZED
 from kvconform.probe.cache_io import forward_keeping_cache, keep_logits, new_cache, returned_cache, seq_length
 from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
@@ -45,6 +51,12 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
     cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prompt_length],
                                      **keep_logits(model, 1))
     by_hand = _rows_moved(copy.deepcopy(cache), order) if plan.cache == "quantized" else None
+    if plan.cache in INT_QUANTIZED:
+        from kvconform.probe.int_design import design_cache
+
+        by_hand, _ = forward_keeping_cache(model, keyword, design_cache(model, int_cache_config(model.config, plan.cache)),
+                                           input_ids=sequence[:, :prompt_length], **keep_logits(model, 1))
+        by_hand.reorder_cache(order)
     cache.reorder_cache(order)
     reordered = sequence[order]
     logits, lengths, cache = _decode(model, keyword, cache, reordered[:, prompt_length:])
@@ -57,6 +69,7 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
     description = f"a prefilled {plan.cache} cache reordered by rows {order.tolist()} (reorder_cache), then decoded"
     record = summarize("reorder", deltas, scale, description, lengths, prompt_length + 1, cache)
     record.reference = ("the same prefilled quantized cache with its rows moved by hand" if plan.cache == "quantized"
+                        else "its residual design, prefilled and reordered alike" if plan.cache in INT_QUANTIZED
                         else f"the same {plan.cache} cache prefilled in that row order")
     return record
 
