@@ -32,7 +32,7 @@ SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")
 SETTING_KEYS = (
     "dtypes", "devices", "caches", "batch_size", "prompt_length", "decode_steps", "seed",
     "tolerances", "generate", "ragged", "prefix_reuse", "attentions", "variant_dtypes", "beam", "crop", "window_crossings",
-    "padded_generate",
+    "padded_generate", "assisted",
 )
 MODEL_KEYS = SETTING_KEYS + SOURCE_KEYS + (
     "id", "config", "revision", "trust_remote_code", "allow_pickle", "xfail", "exclude",
@@ -107,6 +107,8 @@ class Settings:
     padded_generate: bool = False
     #: Also decode sliding-window and chunked layers from prompts shorter than and equal to the window.
     window_crossings: bool = False
+    #: Also compare assisted ``generate()`` (an assistant model, prompt lookup) with greedy, float32 cells.
+    assisted: bool = False
 
 
 @dataclass(frozen=True)
@@ -341,7 +343,7 @@ def _parse_settings(raw: Mapping[str, Any], base: Settings, label: str) -> Setti
     for key, minimum in (("batch_size", 1), ("prompt_length", 2), ("decode_steps", 1), ("seed", 0)):
         if key in raw:
             changes[key] = _positive_int(raw[key], label, key, minimum)
-    for key in ("generate", "ragged", "prefix_reuse", "beam", "crop", "padded_generate", "window_crossings"):
+    for key in ("generate", "ragged", "prefix_reuse", "beam", "crop", "padded_generate", "window_crossings", "assisted"):
         if key in raw:
             changes[key] = _expect(raw[key], bool, label, key)
     if "tolerances" in raw:
