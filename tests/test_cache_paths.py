@@ -69,7 +69,6 @@ def test_healthy_models_pass_every_path(runner, spec, cache, attn, dtype):
         expected = ({"generate", "kv_parity"} if full_precision else {"quantized_kv"}) | beam
         expected |= {"padded_generate"} if attn == "sdpa" and full_precision else set()
         expected |= {"attn_agreement"} if attn == "eager" and cache == "dynamic" else set()
-        expected |= {"assisted"} if (spec, cache, attn) == (LLAMA, "static", "sdpa") else set()
         assert expected <= set(results), sorted(results)
     if cache != "quantized" and spec is LLAMA:
         assert "crop" in results, "a dynamic or full-attention static cache is croppable"
@@ -100,7 +99,8 @@ def test_windows_are_crossed_from_a_shorter_and_an_equal_prompt(runner, cache):
 def test_assisted_decoding_returns_greedys_tokens_across_the_window(runner):
     """The model as its own assistant (its last burst capped at max_length), a random assistant (most drafts rejected)
     and prompt lookup return greedy's tokens; on Mistral the 2-token prompt is shorter than the window of 4 and the
-    bursts run past it. A static sliding cache is refused by generate() (not croppable), eager runs windowed models only."""
+    bursts run past it. Static cells do not run it (docs/cache-paths.md), eager cells on windowed models only."""
+    from kvconform.cells import check_applies
     from kvconform.probe.assisted import NO_WINDOW
 
     for spec, new in ((LLAMA, 6), (MISTRAL, 10)):
@@ -114,8 +114,7 @@ def test_assisted_decoding_returns_greedys_tokens_across_the_window(runner):
         assert sum(runs["self"].rejected) == 0 and runs["self"].forwards[-1].tokens < 4  # accepted, then capped
         assert sum(runs["random"].rejected) > 0 and all(f.cached == f.start for run in runs.values() for f in run.forwards)
     assert "(the last burst capped at max_length)" in result.message and "past windows [4]" in result.message
-    static = runner.outcome(Cell(MISTRAL, "float32", "cpu", "static")).record.extras["assisted"]
-    assert static.not_applicable and "StaticSlidingWindowLayer" in static.not_applicable
+    assert not check_applies("assisted", Cell(LLAMA, "float32", "cpu", "static"))
     assert runner.outcome(Cell(LLAMA, "float32", "cpu", "dynamic", "eager")).record.extras["assisted"].not_applicable == NO_WINDOW
     eager = run_checks(runner, MISTRAL, attn="eager")["assisted"]
     assert eager.passed and "random: 10 forwards" in eager.message and "self:" not in eager.message, eager.message
