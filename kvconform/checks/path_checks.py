@@ -108,7 +108,7 @@ def assisted(record: AssistedRecord | None, tolerance: Tolerance) -> CheckResult
             f"drafts of {DRAFT_TOKENS}")
     problems, notes = [], []
     for run in record.runs:
-        problem, note = _assisted_run(run, len(record.prompt), limit)
+        problem, note = _assisted_run(run, len(record.prompt), limit, record.greedy_delta)
         problems += [problem] if problem else []
         notes += [note] if note else []
     figure = Figure(worst, limit, "logit")
@@ -124,7 +124,7 @@ def assisted(record: AssistedRecord | None, tolerance: Tolerance) -> CheckResult
     return CheckResult("assisted", True, f"{worst:.2e}", f"{limit:.2e}", message, details, figure)
 
 
-def _assisted_run(run: AssistedRun, prompt: int, limit: float) -> tuple[str | None, str | None]:
+def _assisted_run(run: AssistedRun, prompt: int, limit: float, greedy_delta: float) -> tuple[str | None, str | None]:
     """(problem, note) of one drafter's run."""
     name = _DRAFTER_NAMES.get(run.drafter, run.drafter)
     if run.error is not None:
@@ -141,6 +141,10 @@ def _assisted_run(run: AssistedRun, prompt: int, limit: float) -> tuple[str | No
         return (f"[cache fault] {name}: logits leave the uncached reference at generated token {k} (|Δ| "
                 f"{run.step_max_abs_delta[k]:.3g} > limit {limit:.3g}), {_produced_by(run, prompt + k - 1)}; {tokens}; "
                 "per-token max |Δ|: " + ", ".join(f"{d:.2e}" for d in run.step_max_abs_delta) + replay), None
+    if part is not None and run.margin_at_part is not None and run.margin_at_part > 2 * limit:
+        return None, (f"{name}: its tokens part from greedy's at generated token {part}, where its logits are within the "
+                      f"limit of the uncached pass and greedy generate()'s are not (greedy's worst |Δ| {greedy_delta:.3g}): "
+                      "greedy left the reference, which the generate and parity checks judge")
     if part is not None:
         return None, (f"[near tie] {name}: its tokens part from greedy's at generated token {part}, where every logit is "
                       f"within the limit (the uncached top-2 margin there {run.margin_at_part:.3g}): not a cache fault")
