@@ -57,7 +57,7 @@ SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")
 SETTING_KEYS = (
     "dtypes", "devices", "caches", "batch_size", "prompt_length", "decode_steps", "seed",
     "tolerances", "generate", "ragged", "prefix_reuse", "attentions", "variant_dtypes", "beam", "crop", "window_crossings",
-    "padded_generate", "path_dtypes", "static_paths", "chunked_prefill",
+    "padded_generate", "path_dtypes", "static_paths", "chunked_prefill", "assisted",
 )
 MODEL_KEYS = SETTING_KEYS + SOURCE_KEYS + (
     "id", "config", "revision", "trust_remote_code", "allow_pickle", "xfail", "exclude",
@@ -138,6 +138,8 @@ class Settings:
     static_paths: bool = True
     #: Also prefill the prompt in chunks and compare with one prefill (logits, K/V and states), float32 cells.
     chunked_prefill: bool = False
+    #: Also compare assisted ``generate()`` (an assistant model, prompt lookup) with greedy, float32 cells.
+    assisted: bool = False
 
 
 @dataclass(frozen=True)
@@ -374,7 +376,7 @@ def _parse_settings(raw: Mapping[str, Any], base: Settings, label: str) -> Setti
         if key in raw:
             changes[key] = _positive_int(raw[key], label, key, minimum)
     for key in ("generate", "ragged", "prefix_reuse", "beam", "crop", "padded_generate", "window_crossings", "static_paths",
-                "chunked_prefill"):
+                "chunked_prefill", "assisted"):
         if key in raw:
             changes[key] = _expect(raw[key], bool, label, key)
     if "tolerances" in raw:

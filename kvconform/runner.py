@@ -118,6 +118,8 @@ class CellRunner:
                 from kvconform.families.probe import probe_family
 
                 probe = probe_family(model, plan, cell.spec.family)
+                if check_applies("assisted", cell):
+                    _family_assisted(model, plan, probe.record)
                 return CellOutcome(probe.record, None, probe.geometry, probe.explanation, self._load_s, model_type, family=probe)
             record = run_probe(model, plan)
             record.extras.update(run_extras(model, plan, cell, master, record.timings))
@@ -127,6 +129,19 @@ class CellRunner:
             return CellOutcome(error=exc, load_s=self._load_s, model_type=model_type, path_failure=failure)
 
 
+def _family_assisted(model: Any, plan: ProbePlan, record: ProbeRecord) -> None:
+    """An encoder-decoder cell's assisted decoding: the one assisted path with the family's adapter (timed)."""
+    from kvconform.families.encoder_decoder import assisted_inputs
+    from kvconform.families.geometry import self_attention_geometry
+    from kvconform.probe.assisted import run_assisted
+    from kvconform.probe.window import windows_of
+
+    start = time.perf_counter()
+    windows = windows_of(self_attention_geometry(model.config)[0])
+    record.extras["assisted"] = run_assisted(model, plan, windows=windows, inputs_for=assisted_inputs)
+    record.timings["assisted_s"] = time.perf_counter() - start
+
+
 def _already_placed(master: Any, cell: Cell) -> bool:
     """Models spread by ``device_map`` are probed where accelerate put them, in float32 only."""
     return bool(getattr(master, "hf_device_map", None)) and cell.dtype == "float32"
@@ -134,11 +149,15 @@ def _already_placed(master: Any, cell: Cell) -> bool:
 
 def run_extras(model: Any, plan: ProbePlan, cell: Cell, master: Any, timings: dict[str, float]) -> dict[str, Any]:
     """The cell's generation paths and, for a non-default attention, its agreement with the model's own (timed)."""
+    from kvconform.probe.assisted import DRAFTERS, OTHER_ATTENTION_DRAFTERS, run_assisted
     from kvconform.probe.attention import run_agreement
     from kvconform.probe.generation import run_beam, run_padded_generate
 
+    other_attention = cell.attn != cell.model_attn
+    drafters = OTHER_ATTENTION_DRAFTERS if other_attention else DRAFTERS
     runs = {"beam": lambda: run_beam(model, plan), "padded_generate": lambda: run_padded_generate(model, plan),
-            "attn_agreement": lambda: run_agreement(model, master, plan)}
+            "attn_agreement": lambda: run_agreement(model, master, plan),
+            "assisted": lambda: run_assisted(model, plan, drafters, other_attention)}
     extras: dict[str, Any] = {}
     for name, run in runs.items():
         if check_applies(name, cell):

@@ -105,6 +105,15 @@ def test_padded_generate(cell, outcome, verdict):
     verdict(run("padded_generate", cell, outcome))
 
 
+@pytest.mark.kvconform_check("assisted")
+def test_assisted(cell, outcome, verdict):
+    """Assisted generate() (an assistant model, prompt lookup) returns greedy's tokens, its logits those of one uncached pass."""
+    assisted = outcome.record.extras.get("assisted") if outcome.record is not None else None
+    if assisted is not None and assisted.not_applicable:
+        pytest.skip(f"not applicable: {assisted.not_applicable}")
+    verdict(run("assisted", cell, outcome))
+
+
 @pytest.mark.kvconform_check("attn_agreement")
 def test_attn_agreement(cell, outcome, verdict):
     """The cell's attention implementation and the model's default agree on uncached logits (float32)."""

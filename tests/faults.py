@@ -206,6 +206,22 @@ def crop_one_short() -> list[Patch]:
     return [(DynamicLayer, "crop", crop)]
 
 
+def crop_skips_verified_drafts() -> list[Patch]:
+    """``crop`` after a multi-token forward over a filled layer (assisted decoding's draft verification) is a no-op:
+    the rejected drafts' K/V columns stay. A crop after a prefill (the ``crop`` path) still works."""
+    update, crop = DynamicLayer.update, DynamicLayer.crop
+
+    def verify(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        self._verified = self.is_initialized and self.keys is not None and self.keys.numel() > 0 and key_states.shape[-2] > 1
+        return update(self, key_states, value_states, *args, **kwargs)
+
+    def keep(self: Any, tokens_to_remove: int) -> None:
+        if not getattr(self, "_verified", False):
+            crop(self, tokens_to_remove)
+
+    return [(DynamicLayer, "update", verify), (DynamicLayer, "crop", keep)]
+
+
 def static_window_no_roll() -> list[Patch]:
     """A full static sliding-window layer overwrites its newest slot instead of rolling the window left."""
     original = StaticSlidingWindowLayer.update
@@ -388,6 +404,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cached_prefill_shift": cached_prefill_shift,
     "beam_not_reordered": beam_not_reordered,
     "crop_one_short": crop_one_short,
+    "crop_skips_verified_drafts": crop_skips_verified_drafts,
     "static_not_reordered": static_not_reordered,
     "quantized_not_reordered": quantized_not_reordered,
     "static_window_no_roll": static_window_no_roll,

@@ -22,7 +22,7 @@ def _spec(model_type: str, **config: object) -> ModelSpec:
     settings = Settings(
         dtypes=DTYPES, devices=("cpu",), caches=("dynamic", "static", *QUANTIZED_KINDS), attentions=("sdpa", "eager"),
         tolerances=TOLERANCES, generate=True, ragged=False,
-        prefix_reuse=False, crop=True, beam=True, padded_generate=True, window_crossings=True,
+        prefix_reuse=False, crop=True, beam=True, padded_generate=True, window_crossings=True, assisted=True,
     )
     return ModelSpec(id=model_type, source="synthetic", location=model_type, settings=settings, config=config)
 
@@ -97,6 +97,30 @@ def test_windows_are_crossed_from_a_shorter_and_an_equal_prompt(runner, cache):
     assert "window" not in run_checks(runner, LLAMA, cache=cache)
     assert runner.outcomes[f"llama[float32-cpu-{cache}]"].record.window.not_applicable == (
         "the model has no sliding-window or chunked-attention layers")
+
+
+def test_assisted_decoding_returns_greedys_tokens_across_the_window(runner):
+    """The model as its own assistant (its last burst capped at max_length), a random assistant (most drafts rejected)
+    and prompt lookup return greedy's tokens; on Mistral the 2-token prompt is shorter than the window of 4 and the
+    bursts run past it. Static cells do not run it (docs/cache-paths.md), eager cells on windowed models only."""
+    from kvconform.cells import check_applies
+    from kvconform.probe.assisted import NO_WINDOW
+
+    for spec, new in ((LLAMA, 6), (MISTRAL, 10)):
+        result = run_checks(runner, spec)["assisted"]
+        assert result.passed, result.message
+        record = runner.outcomes[f"{spec.id}[float32-cpu-dynamic]"].record.extras["assisted"]
+        assert record.max_new_tokens == new and len(record.prompt) == (6 if spec is LLAMA else 2)
+        runs = {run.drafter: run for run in record.runs}
+        assert runs.keys() == {"self", "random", "prompt_lookup"}
+        assert all(run.tokens == record.greedy_tokens for run in runs.values())
+        assert sum(runs["self"].rejected) == 0 and runs["self"].forwards[-1].tokens < 4  # accepted, then capped
+        assert sum(runs["random"].rejected) > 0 and all(f.cached == f.start for run in runs.values() for f in run.forwards)
+    assert "(the last burst capped at max_length)" in result.message and "past windows [4]" in result.message
+    assert not check_applies("assisted", Cell(LLAMA, "float32", "cpu", "static"))
+    assert runner.outcome(Cell(LLAMA, "float32", "cpu", "dynamic", "eager")).record.extras["assisted"].not_applicable == NO_WINDOW
+    eager = run_checks(runner, MISTRAL, attn="eager")["assisted"]
+    assert eager.passed and "random: 10 forwards" in eager.message and "self:" not in eager.message, eager.message
 
 
 def test_quantized_cells_are_judged_against_the_fp8_design(runner):
@@ -174,7 +198,13 @@ def test_beam_is_not_applicable_where_the_models_generate_refuses_it_and_musicge
 #: fault -> (spec, cache, attn, check whose message locates it, words that message must contain, every check that fails)
 PATH_FAULTS = {
     "beam_not_reordered": (LLAMA, "dynamic", "sdpa", "beam", "suspect the cache reorder between steps", {"beam"}),
-    "crop_one_short": (LLAMA, "dynamic", "sdpa", "crop", "get_seq_length() trace [7, 8,", {"crop"}),
+    # Assisted decoding crops too: the random assistant's rejected drafts leave one column each.
+    "crop_one_short": (LLAMA, "dynamic", "sdpa", "crop", "get_seq_length() trace [7, 8,", {"crop", "assisted"}),
+    # Only assisted decoding crops after a multi-token forward over a filled cache (its draft verification).
+    "crop_skips_verified_drafts": (LLAMA, "dynamic", "sdpa", "assisted",
+                                   "computed by main-model forward 2 (at position 7, 1 token + 3 drafts; 3 drafts rejected "
+                                   "before it; the cache holds 10 tokens before it where the sequence holds 7: the crop "
+                                   "before it left +3 columns)", {"assisted"}),
     # generate() reads the same broken window, so the greedy tokens part too (float32 cells run generate), and so do
     # the window crossings, which roll it too.
     "static_window_no_roll": (MISTRAL, "static", "sdpa", "parity", "first K/V divergence at layer 0",
@@ -210,7 +240,7 @@ PATH_FAULTS = {
 def test_planted_path_fault_fails_its_check(runner, fault, dtype):
     """Exactly the checks the fault reaches fail (each a verdict, not a crash); every other check of the cell passes."""
     spec, cache, attn, check, located, fails = PATH_FAULTS[fault]
-    if check in ("beam", "reorder", "window") and dtype != "float32":
+    if check in ("beam", "reorder", "window", "assisted") and dtype != "float32":
         pytest.skip(f"{check} is compared in float32 cells only")
     if cache in INT_QUANTIZED and dtype != "float32":
         pytest.skip("the integer backends' faults are dtype-free index and flush logic: float32 cells show them")

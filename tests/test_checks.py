@@ -214,3 +214,25 @@ def test_kv_parity_without_kv_layers_passes_with_the_reason_and_shape_problems_f
     failed = checks.kv_parity(replace(_record(), kv_parity=short))
     assert not failed.passed and "layer 0 (keys): decoded (2, 2, 5, 4)" in failed.message
     assert checks.kv_parity(_record()).measured == "not run"
+
+
+def test_assisted_tells_a_cache_fault_from_a_near_tie_and_from_greedy_itself():
+    """Logits over the limit fail, located at the forward; tokens that part where every logit is within the limit are a
+    near tie (margin within twice the limit) or greedy's own departure (greedy's logits off), never a cache fault."""
+    from kvconform.checks.path_checks import assisted
+    from kvconform.matrix import Tolerance
+    from kvconform.probe.assisted import AssistedRecord, AssistedRun, Forward
+
+    tolerance = Tolerance(1e-5, 3e-5)
+    forwards = [Forward(0, 9, 0), Forward(6, 4, 6), Forward(7, 4, 10)]
+
+    def record(run: AssistedRun, greedy_delta: float = 1e-6) -> AssistedRecord:
+        return AssistedRecord([5, 6, 7, 5, 6, 7], 6, [1, 2, 3, 4, 5, 6], greedy_delta, 10.0, [], [run])
+
+    fault = assisted(record(AssistedRun("random", [1, 2, 9], [0.0, 1e-6, 2.0], forwards, margin_at_part=3.0)), tolerance)
+    assert not fault.passed and "at generated token 2 (|Δ| 2 > limit" in fault.message, fault.message
+    assert "main-model forward 2 (at position 7, 1 token + 3 drafts; 3 drafts rejected before it; the cache holds 10" in fault.message
+    tie = assisted(record(AssistedRun("random", [1, 2, 9], [0.0, 1e-6, 1e-5], forwards, margin_at_part=1e-5)), tolerance)
+    assert tie.passed and "[near tie] a random assistant" in tie.message, tie.message
+    greedy = assisted(record(AssistedRun("self", [1, 9], [0.0, 1e-6], forwards[:2], margin_at_part=2.0), 1.5), tolerance)
+    assert greedy.passed and "greedy left the reference" in greedy.message, greedy.message

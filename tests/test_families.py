@@ -278,3 +278,27 @@ def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model,
     assert type(loaded).__name__ == cls
     _, results = probe_and_check(loaded, spec.family)
     assert all(r.passed for r in results.values()), {n: r.message for n, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("model_type", ["bart", "whisper"])
+def test_assisted_decoding_runs_through_the_encoder_decoder_adapter(family_model, model_type):
+    """Whisper-style assisted decoding: the one assisted path with this family's adapter (encoder inputs, a decoder
+    prompt; Whisper gets the encoder input only, as its generate() asks). Healthy: every drafter returns greedy's
+    tokens. With the rejected drafts' decoder K/V left in place after a verification forward, the random assistant
+    fails, located at the forward after the crop that kept them."""
+    from kvconform.checks import path_checks
+    from kvconform.families.encoder_decoder import assisted_inputs
+    from kvconform.probe.assisted import run_assisted
+    from tests.faults import planted as planted_cache_fault
+
+    model, tolerance = family_model(model_type), TOLERANCES["float32"]
+    plan = ProbePlan(batch_size=2, prompt_length=6, decode_steps=8, seed=0, locate_tolerance=tolerance)
+    record = run_assisted(model, plan, windows=[], inputs_for=assisted_inputs)
+    result = path_checks.assisted(record, tolerance)
+    assert result.passed and len(record.prompt) == (1 if model_type == "whisper" else 6), result.message
+    assert [run.drafter for run in record.runs] == ["self", "random", "prompt_lookup"]
+    assert sum(next(run for run in record.runs if run.drafter == "random").rejected) > 0, result.message
+    with planted_cache_fault("crop_skips_verified_drafts"):
+        faulty = path_checks.assisted(run_assisted(model, plan, windows=[], inputs_for=assisted_inputs), tolerance)
+    assert not faulty.passed and "[cache fault] a random assistant of the same architecture" in faulty.message, faulty.message
+    assert "where the sequence holds" in faulty.message and "the crop before it left +3 columns" in faulty.message, faulty.message

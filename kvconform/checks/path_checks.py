@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvconform.matrix import Tolerance
+from kvconform.probe.assisted import DRAFT_TOKENS, AssistedRecord, AssistedRun
 from kvconform.probe.attention import AgreementRecord
 from kvconform.probe.generation import BeamRecord
 from kvconform.probe.quantized import IntQuantizedRecord, QuantizedKVRecord
@@ -105,3 +106,88 @@ def int_quantized_kv(record: IntQuantizedRecord) -> CheckResult:
     message = (f"the design's split ({split}); the packed values dequantized with their own group's scale and zero "
                f"point give the design's quantized part (max |Δ| {record.worst_delta:.2g} ≤ {limit:.2g}); {design}")
     return CheckResult("quantized_kv", True, f"{record.worst_delta:.2g}", f"{limit:.2g}", message, details, figure)
+
+
+def assisted(record: AssistedRecord | None, tolerance: Tolerance) -> CheckResult:
+    """Every drafter's assisted ``generate()`` returns greedy's tokens, its logits within the parity limit of one
+    uncached pass up to where the tokens part; a part where every logit is within the limit is a near-tie."""
+    if record is None or record.not_applicable:
+        return CheckResult("assisted", True, "not run", "", (record.not_applicable if record else None) or "assisted decoding disabled")
+    if record.error is not None:
+        return CheckResult("assisted", False, "error", "", record.error)
+    limit = tolerance.limit(record.logit_scale)
+    worst = max((max(run.step_max_abs_delta, default=0.0) for run in record.runs), default=0.0)
+    details = {"prompt": record.prompt, "greedy_tokens": record.greedy_tokens, "greedy_delta": record.greedy_delta,
+               "tolerance": limit, "logit_scale": record.logit_scale,
+               "runs": {run.drafter: {"tokens": run.tokens, "step_max_abs_delta": run.step_max_abs_delta,
+                                      "forwards": [[f.start, f.tokens, f.cached] for f in run.forwards], "rejected": run.rejected}
+                        for run in record.runs}}
+    windows = f", past windows {record.windows}" if record.windows else ""
+    what = (f"greedy generate() of {record.max_new_tokens} tokens after a {len(record.prompt)}-token prompt{windows}, "
+            f"drafts of {DRAFT_TOKENS}")
+    problems, notes = [], []
+    for run in record.runs:
+        problem, note = _assisted_run(run, len(record.prompt), limit, record.greedy_delta)
+        problems += [problem] if problem else []
+        notes += [note] if note else []
+    figure = Figure(worst, limit, "logit")
+    coverage = "; ".join(_coverage(run) for run in record.runs if run.error is None)
+    if problems:
+        details["diagnosis"] = "cache fault"
+        return CheckResult("assisted", False, f"{worst:.2e}", f"{limit:.2e}", f"{what}: " + "; ".join(problems + notes)
+                           + f" (coverage: {coverage})", details, figure)
+    message = (f"{what}: every drafter returns greedy's tokens, logits within {worst:.2e} ≤ {limit:.2e} of the uncached "
+               f"pass ({coverage})")
+    if notes:
+        message = f"{what}: " + "; ".join(notes) + f"; otherwise within {worst:.2e} ≤ {limit:.2e} ({coverage})"
+    return CheckResult("assisted", True, f"{worst:.2e}", f"{limit:.2e}", message, details, figure)
+
+
+def _assisted_run(run: AssistedRun, prompt: int, limit: float, greedy_delta: float) -> tuple[str | None, str | None]:
+    """(problem, note) of one drafter's run."""
+    name = _DRAFTER_NAMES.get(run.drafter, run.drafter)
+    if run.error is not None:
+        return f"{name}: generate() raised {run.error}", None
+    over = [k for k, delta in enumerate(run.step_max_abs_delta) if delta > limit]
+    part = len(run.step_max_abs_delta) - 1 if run.margin_at_part is not None else None
+    if over and run.replay is not None and run.replay.agrees(limit):
+        return None, f"[near-tie selections] {name}: not a cache fault: {run.replay.describe(limit)}"
+    if over:
+        k = over[0]
+        tokens = (f"its tokens part from greedy's at generated token {part}" if part is not None
+                  else "its tokens equal greedy's")
+        replay = f"; {run.replay.describe(limit)}" if run.replay is not None else ""
+        return (f"[cache fault] {name}: logits leave the uncached reference at generated token {k} (|Δ| "
+                f"{run.step_max_abs_delta[k]:.3g} > limit {limit:.3g}), {_produced_by(run, prompt + k - 1)}; {tokens}; "
+                "per-token max |Δ|: " + ", ".join(f"{d:.2e}" for d in run.step_max_abs_delta) + replay), None
+    if part is not None and run.margin_at_part is not None and run.margin_at_part > 2 * limit:
+        return None, (f"{name}: its tokens part from greedy's at generated token {part}, where its logits are within the "
+                      f"limit of the uncached pass and greedy generate()'s are not (greedy's worst |Δ| {greedy_delta:.3g}): "
+                      "greedy left the reference, which the generate and parity checks judge")
+    if part is not None:
+        return None, (f"[near tie] {name}: its tokens part from greedy's at generated token {part}, where every logit is "
+                      f"within the limit (the uncached top-2 margin there {run.margin_at_part:.3g}): not a cache fault")
+    return None, None
+
+
+_DRAFTER_NAMES = {"self": "the model as its own assistant", "random": "a random assistant of the same architecture",
+                  "prompt_lookup": "prompt lookup"}
+
+
+def _produced_by(run: AssistedRun, position: int) -> str:
+    """Which main-model forward computed the logits at ``position`` (the last one covering it) and the crop before it."""
+    index = max((i for i, f in enumerate(run.forwards) if f.start <= position < f.start + f.tokens), default=None)
+    if index is None:
+        return "from no recorded forward of the main model"
+    forward = run.forwards[index]
+    fed = "the prefill with the first drafts" if index == 0 else f"1 token + {forward.tokens - 1} drafts"
+    crop = f"; {run.rejected[index - 1]} drafts rejected before it" if index > 0 else ""
+    held = (f"; the cache holds {forward.cached} tokens before it where the sequence holds {forward.start}: the crop before "
+            f"it left {forward.cached - forward.start:+d} columns" if forward.cached != forward.start else "")
+    return f"computed by main-model forward {index} (at position {forward.start}, {fed}{crop}{held})"
+
+
+def _coverage(run: AssistedRun) -> str:
+    capped = (" (the last burst capped at max_length)"
+              if run.drafter != "prompt_lookup" and run.forwards and run.forwards[-1].tokens <= DRAFT_TOKENS else "")
+    return f"{run.drafter}: {len(run.forwards)} forwards, {sum(run.rejected)} drafts rejected{capped}"

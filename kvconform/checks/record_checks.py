@@ -671,12 +671,13 @@ _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResu
     "padded_generate": lambda record, geometry, explanation, tolerance: _padded_generate(record, tolerance),
     "attn_agreement": lambda record, geometry, explanation, tolerance: path_checks.attention_agreement(
         record.extras.get("attn_agreement"), tolerance),
+    "assisted": lambda record, geometry, explanation, tolerance: path_checks.assisted(record.extras.get("assisted"), tolerance),
     "quantized_kv": lambda record, geometry, explanation, tolerance: path_checks.quantized_kv(record.quantized),
     "window": lambda record, geometry, explanation, tolerance: window(record, tolerance, geometry),
     "chunked_prefill": lambda record, geometry, explanation, tolerance: chunked_prefill(record, tolerance, geometry),
 }
 #: Checks that read a record the runner adds beside the probe's (``ProbeRecord.extras``).
-EXTRA_CHECKS = ("beam", "padded_generate", "attn_agreement")
+EXTRA_CHECKS = ("beam", "padded_generate", "attn_agreement", "assisted")
 if set(_RUN) != set(RECORD_CHECKS):  # the check table and its functions must name the same checks
     raise ImportError(f"kvconform.checks.record_checks binds {sorted(_RUN)}, the check table's record checks are {sorted(RECORD_CHECKS)}")
 

@@ -19,6 +19,7 @@ from kvconform.compat import cache_keyword
 from kvconform.families import CROSS_HALF
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import IMAGE_INPUTS, encoder_inputs, special_token_ids, text_ids
+from kvconform.probe.assisted import AssistedInputs
 from kvconform.probe.decode import ProbePlan
 
 
@@ -109,3 +110,26 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
     finally:
         hook.remove()
     return EncoderDecoderRun(run, int(encoded["outputs"][0].shape[1]), encoded["calls"], encoder_in.recipe)
+
+
+def assisted_inputs(model: Model, plan: ProbePlan, length: int) -> AssistedInputs:
+    """This family's adapter of the assisted path: one row of encoder input and a decoder prompt of the start token and
+    a repetition (for prompt lookup); the reference is one uncached decoder pass. Whisper-style models, whose generate()
+    refuses ``decoder_input_ids`` beside an assistant (generation_whisper.py:1692-1697), are given the encoder input
+    only, as users call them, and start from their own decoder start token."""
+    forbidden = special_token_ids(model.config)
+    device = next(p.device for p in model.parameters())
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    tensors = encoder_inputs(model, 1, max(2, plan.prompt_length - 1), plan.seed, forbidden).tensors
+    start = _decoder_start(model)
+    half = text_ids(1, length // 2, plan.seed, vocab, forbidden)
+    body = torch.cat([half, half], dim=1)[:, : length - 1]
+    prompt = torch.cat([torch.full((1, 1), start), body], dim=1).to(device)
+    given = {"decoder_input_ids": prompt}
+    if hasattr(type(model), "_check_decoder_input_ids"):
+        prompt, given = prompt[:, :1], {}
+
+    def reference(ids: torch.Tensor, positioned: bool) -> torch.Tensor:  # decoder positions follow the decoder ids
+        return model(**tensors, decoder_input_ids=ids, use_cache=False).logits
+
+    return AssistedInputs(prompt, {**tensors, **given}, reference, {"decoder_start_token_id": start})
