@@ -52,12 +52,14 @@ QUANTIZED = "quantized"
 #: Tags an xfail key may name after '@': a cache kind whole or one of its parts (``parity@hqq``, ``bytes@int2``).
 CACHE_TAGS = (*CACHES, *dict.fromkeys(part for kind in INT_QUANTIZED for part in kind.split("-")))
 SOURCE_KEYS = ("synthetic", "checkpoint", "gguf", "hub", "sweep")
+#: The assistants of assisted decoding: the model itself, a random build of its architecture, prompt lookup.
+ASSISTED_DRAFTERS = ("self", "random", "prompt_lookup")
 
 #: Fields allowed in ``defaults`` and (as overrides) in any model entry.
 SETTING_KEYS = (
     "dtypes", "devices", "caches", "batch_size", "prompt_length", "decode_steps", "seed",
     "tolerances", "generate", "ragged", "prefix_reuse", "attentions", "variant_dtypes", "beam", "crop", "window_crossings",
-    "padded_generate", "path_dtypes", "static_paths", "chunked_prefill", "assisted",
+    "padded_generate", "path_dtypes", "static_paths", "chunked_prefill", "assisted", "assisted_drafters",
 )
 MODEL_KEYS = SETTING_KEYS + SOURCE_KEYS + (
     "id", "config", "revision", "trust_remote_code", "allow_pickle", "xfail", "exclude",
@@ -140,6 +142,8 @@ class Settings:
     chunked_prefill: bool = False
     #: Also compare assisted ``generate()`` (an assistant model, prompt lookup) with greedy, float32 cells.
     assisted: bool = False
+    #: The drafters the assisted path runs with the model's own attention (``ASSISTED_DRAFTERS``).
+    assisted_drafters: tuple[str, ...] = ASSISTED_DRAFTERS
 
 
 @dataclass(frozen=True)
@@ -368,7 +372,7 @@ def _parse_settings(raw: Mapping[str, Any], base: Settings, label: str) -> Setti
         _check_keys(raw, SETTING_KEYS, label)
     changes: dict[str, Any] = {}
     allowed_names = {"dtypes": DTYPES, "devices": DEVICES, "caches": CACHES, "attentions": ATTENTIONS, "variant_dtypes": DTYPES,
-                     "path_dtypes": DTYPES}
+                     "path_dtypes": DTYPES, "assisted_drafters": ASSISTED_DRAFTERS}
     for key, allowed in allowed_names.items():
         if key in raw:
             changes[key] = _names(raw[key], allowed, label, key)

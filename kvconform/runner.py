@@ -149,12 +149,12 @@ def _already_placed(master: Any, cell: Cell) -> bool:
 
 def run_extras(model: Any, plan: ProbePlan, cell: Cell, master: Any, timings: dict[str, float]) -> dict[str, Any]:
     """The cell's generation paths and, for a non-default attention, its agreement with the model's own (timed)."""
-    from kvconform.probe.assisted import DRAFTERS, OTHER_ATTENTION_DRAFTERS, run_assisted
+    from kvconform.probe.assisted import OTHER_ATTENTION_DRAFTERS, run_assisted
     from kvconform.probe.attention import run_agreement
     from kvconform.probe.generation import run_beam, run_padded_generate
 
     other_attention = cell.attn != cell.model_attn
-    drafters = OTHER_ATTENTION_DRAFTERS if other_attention else DRAFTERS
+    drafters = OTHER_ATTENTION_DRAFTERS if other_attention else cell.spec.settings.assisted_drafters
     runs = {"beam": lambda: run_beam(model, plan), "padded_generate": lambda: run_padded_generate(model, plan),
             "attn_agreement": lambda: run_agreement(model, master, plan),
             "assisted": lambda: run_assisted(model, plan, drafters, other_attention)}

@@ -32,6 +32,7 @@ from kvconform.build.geometry import cache_geometry
 from kvconform.build.models import Model
 from kvconform.build.support import crop_support
 from kvconform.compat import CACHE_KEYWORDS
+from kvconform.matrix import ASSISTED_DRAFTERS
 from kvconform.probe.cache_io import cache_implementation, input_device, make_prompt, seq_length
 from kvconform.probe.generation import GREEDY_OR_SAMPLING_ONLY
 from kvconform.probe.selections import ReplayError, SelectionReplay, replay_selections
@@ -51,7 +52,7 @@ NOT_CROPPABLE = "Assisted decoding requires a cache that can be cropped"
 #: A model's own generate() that does greedy search and sampling only (musicgen_melody: it takes no assistant_model
 #: argument, so generate()'s model_kwargs validation names it; prompt lookup is refused as a generation mode).
 REFUSALS = (NOT_CROPPABLE, "are not used by the model: ['assistant_model']", GREEDY_OR_SAMPLING_ONLY)
-DRAFTERS = ("self", "random", "prompt_lookup")
+DRAFTERS = ASSISTED_DRAFTERS
 #: Cells of another attention run the drafter that crops most: each of its bursts is verified in one multi-token
 #: forward and mostly rolled back (measured cost: docs/cache-paths.md).
 OTHER_ATTENTION_DRAFTERS = ("random",)
