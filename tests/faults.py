@@ -205,6 +205,32 @@ def crop_one_short() -> list[Patch]:
     return [(DynamicLayer, "crop", crop)]
 
 
+def crop_zero_empties() -> list[Patch]:
+    """``crop(0)`` slices ``keys[..., :-0, :]`` (an empty slice): the guard for "nothing to remove" is missing."""
+
+    def crop(self: Any, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(f"Calling `crop` with a positive value (`{tokens_to_remove}`) is not supported.")
+        if not self.is_initialized:
+            return
+        self.keys = self.keys[..., : -abs(tokens_to_remove), :]
+        self.values = self.values[..., : -abs(tokens_to_remove), :]
+
+    return [(DynamicLayer, "crop", crop)]
+
+
+def static_reorder_reverses_rows() -> list[Patch]:
+    """A static layer's ``reorder_cache`` reverses the batch rows whatever ``beam_idx`` asks (with 2 rows that is the
+    rotation, so only the identity shows it)."""
+
+    def reorder_cache(self: Any, beam_idx: torch.Tensor) -> None:
+        flipped = torch.arange(self.keys.shape[0] - 1, -1, -1, device=self.keys.device)
+        self.keys.copy_(self.keys.index_select(0, flipped))
+        self.values.copy_(self.values.index_select(0, flipped))
+
+    return [(StaticLayer, "reorder_cache", reorder_cache)]
+
+
 def static_window_no_roll() -> list[Patch]:
     """A full static sliding-window layer overwrites its newest slot instead of rolling the window left."""
     original = StaticSlidingWindowLayer.update
@@ -308,6 +334,8 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cached_prefill_shift": cached_prefill_shift,
     "beam_not_reordered": beam_not_reordered,
     "crop_one_short": crop_one_short,
+    "crop_zero_empties": crop_zero_empties,
+    "static_reorder_reverses_rows": static_reorder_reverses_rows,
     "static_not_reordered": static_not_reordered,
     "quantized_not_reordered": quantized_not_reordered,
     "static_window_no_roll": static_window_no_roll,

@@ -159,6 +159,11 @@ PATH_FAULTS = {
     "static_window_late_before_full": (MISTRAL, "static", "sdpa", "window",
                                        "prompt 2 (shorter than window 4): cached logits leave the uncached reference from "
                                        "decode step 1", {"window"}),
+    # The crop path crops by 0 after every decode step (as assisted decoding does), so its decode fails too.
+    "crop_zero_empties": (LLAMA, "dynamic", "sdpa", "crop", "crop(0) changed get_seq_length() from 9 to 0", {"crop"}),
+    "static_reorder_reverses_rows": (LLAMA, "static", "sdpa", "reorder",
+                                     "reorder_cache(identity [0, 1]) changed the prefilled cache: layer 0 (keys): values changed",
+                                     {"reorder"}),
     "static_not_reordered": (LLAMA, "static", "sdpa", "reorder",
                              "leave the same static cache prefilled in that row order from decode step 0", {"reorder"}),
     "quantized_not_reordered": (LLAMA, "quantized", "sdpa", "reorder",

@@ -427,6 +427,12 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
                             f"differs already: {record.prefill_split.describe()}")
         if path.replay is not None:
             problems.append(path.replay.describe(limit))
+    if path.api is not None:
+        problems += path.api.problems
+        problems += [f"{what}: |Δlogit| {delta:.3g} > limit {limit:.3g} against the uncached reference"
+                     for what, delta in path.api.deltas.items() if delta > limit]
+        details["api_deltas"] = path.api.deltas
+        details["api_notes"] = path.api.notes
     expected = [path.first_length + k for k in range(len(path.seq_lengths))]
     if any(length is not None for length in path.seq_lengths) and path.seq_lengths != expected:
         problems.append(f"get_seq_length() trace {path.seq_lengths}, expected {expected}")
@@ -438,6 +444,8 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
             break
     if not problems:
         message = f"{path.description}: max |Δlogit| {worst:.2e} ≤ {limit:.2e}; cache grew by one per step; shapes match"
+        if path.api is not None:
+            message += "; " + "; ".join([f"{what}: |Δ| {delta:.2e}" for what, delta in path.api.deltas.items()] + path.api.notes)
         if rescued:
             message += f"; {note}"
         return CheckResult(name, True, f"{worst:.2e}", f"{limit:.2e}", message, details, Figure(worst, limit, "logit"))

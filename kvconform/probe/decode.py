@@ -195,6 +195,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         cached_logits.append(output.logits[:, -1, :])
         lengths.append(seq_length(cache))
         layer_states.append(snapshot_layers(cache))
+    watch.close()
     timings["decode_s"] = time.perf_counter() - start
 
     full = torch.cat(sequence, dim=1)
@@ -255,7 +256,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     paths = {}
     runs = {"prefix_reuse": lambda: run_prefix_reuse(model, plan, keyword, uncached_steps, full),
             "ragged": lambda: run_ragged(model, plan, keyword),
-            "crop": lambda: run_crop(model, plan, keyword, uncached_steps, full),
+            "crop": lambda: run_crop(model, plan, keyword, uncached_steps, full, cache),
             "reorder": lambda: run_reorder(model, plan, keyword, full)}
     for name, run in runs.items():
         if getattr(plan, name):

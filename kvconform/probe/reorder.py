@@ -11,6 +11,9 @@ moved by hand (``index_select`` on the batch axis): a fresh prefill in another r
 at another place of the batch's matmuls, which rounds differently on some CPU kernels, and a float8 value at
 a rounding boundary then lands one step (6 %) away: a difference of the kernels, not of ``reorder_cache``.
 State a model keeps outside its cache is caught by the static cells' fresh-prefill comparison.
+
+Before the rotation, the prefilled cache is reordered by the identity: every tensor its layers hold must stay
+bit-identical (with 2 rows, a reorder that swaps the rows whatever ``beam_idx`` says passes the rotation).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
+from kvconform.probe.cache_api import ApiRecord, first_change, layer_tensors
 from kvconform.probe.cache_io import forward_keeping_cache, keep_logits, new_cache, returned_cache, seq_length
 from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
@@ -45,6 +49,11 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
     cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prompt_length],
                                      **keep_logits(model, 1))
     by_hand = _rows_moved(copy.deepcopy(cache), order) if plan.cache == "quantized" else None
+    api, before = ApiRecord(), layer_tensors(cache)
+    cache.reorder_cache(torch.arange(batch, device=sequence.device))
+    change = first_change(before, layer_tensors(cache))
+    if change:
+        api.problems.append(f"reorder_cache(identity {list(range(batch))}) changed the prefilled cache: {change}")
     cache.reorder_cache(order)
     reordered = sequence[order]
     logits, lengths, cache = _decode(model, keyword, cache, reordered[:, prompt_length:])
@@ -54,8 +63,10 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
     expected, _, _ = _decode(model, keyword, by_hand, reordered[:, prompt_length:])
     deltas = [row_delta(got, want) for got, want in zip(logits, expected, strict=False)]
     scale = max(float(torch.nan_to_num(want.float()).abs().max()) for want in expected)
-    description = f"a prefilled {plan.cache} cache reordered by rows {order.tolist()} (reorder_cache), then decoded"
+    description = (f"a prefilled {plan.cache} cache reordered by the identity (bit-identical) and by rows {order.tolist()} "
+                   "(reorder_cache), then decoded")
     record = summarize("reorder", deltas, scale, description, lengths, prompt_length + 1, cache)
+    record.api = api
     record.reference = ("the same prefilled quantized cache with its rows moved by hand" if plan.cache == "quantized"
                         else f"the same {plan.cache} cache prefilled in that row order")
     return record

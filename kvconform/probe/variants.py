@@ -17,6 +17,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import all_linear, cache_argument, generation_positions
+from kvconform.probe.cache_api import ApiRecord
 from kvconform.probe.cache_io import (
     forward_keeping_cache,
     input_device,
@@ -60,6 +61,8 @@ class PathRecord:
     """Set when the path failed on a model that selects: the path run again with the uncached selections."""
     fed: list[list[int]] | None = None
     """The tokens decoded after the prefill, per row, where a rerun must feed the same ones (ragged)."""
+    api: ApiRecord | None = None
+    """The cache API's edge calls made on copies of the path's caches (crop: ``cache_api.py``)."""
 
 
 class PathNotApplicable(RuntimeError):
