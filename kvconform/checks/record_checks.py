@@ -510,6 +510,24 @@ def _crossing_problems(crossing: Any, record: ProbeRecord, geometry: CacheGeomet
     return problems
 
 
+def between_calls(record: ProbeRecord) -> CheckResult:
+    """``generate()`` called again through the same model gives the tokens it must, and leaves the user's arguments."""
+    calls = record.calls
+    if calls is None:
+        return CheckResult("between_calls", True, "not run", "", "between_calls is not enabled for this cell")
+    details = {"checked": calls.checked, "problems": calls.problems}
+    compared = len(calls.checked) + len(calls.problems)
+    if calls.error is not None:
+        done = f" (after {len(calls.checked)} comparisons that held: {'; '.join(calls.checked)})" if calls.checked else ""
+        problems = "; ".join(calls.problems) + "; " if calls.problems else ""
+        return CheckResult("between_calls", False, "error", "", f"{problems}{calls.error}{done}", details)
+    if calls.problems:
+        message = "state left between generate() calls: " + "; ".join(calls.problems)
+        return CheckResult("between_calls", False, f"{len(calls.problems)}/{compared} differ", f"0/{compared}", message, details)
+    return CheckResult("between_calls", True, f"0/{compared} differ", f"0/{compared}", "; ".join(calls.checked) + ": the same tokens",
+                       details)
+
+
 def _padded_generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
     gen = record.extras.get("padded_generate")
     if gen is None:
@@ -536,6 +554,7 @@ _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResu
         record.extras.get("attn_agreement"), tolerance),
     "quantized_kv": lambda record, geometry, explanation, tolerance: path_checks.quantized_kv(record.quantized),
     "window": lambda record, geometry, explanation, tolerance: window(record, tolerance, geometry),
+    "between_calls": lambda record, geometry, explanation, tolerance: between_calls(record),
 }
 #: Checks that read a record the runner adds beside the probe's (``ProbeRecord.extras``).
 EXTRA_CHECKS = ("beam", "padded_generate", "attn_agreement")
@@ -562,4 +581,6 @@ def _ran(name: str, record: ProbeRecord) -> bool:
         return record.kv_parity is not None
     if name == "window":
         return record.window is not None and not record.window.not_applicable
+    if name == "between_calls":
+        return record.calls is not None
     return name != "quantized_kv" or record.quantized is not None

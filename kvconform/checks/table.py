@@ -83,6 +83,10 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
               float32_only=True, caches=("static", "quantized"), families=CAUSAL),
     CheckInfo("padded_generate", "generate() on a left-padded batch picks the same tokens with and without the cache",
               enabled_by="padded_generate", float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL),
+    # Dynamic cells: continued, padded, a second prompt; static/quantized: the same arguments twice (docs/cache-paths.md).
+    CheckInfo("between_calls", "generate() again through the same model: continued from its returned cache, with extra "
+              "left padding, a second prompt, the same cache_config twice: the same tokens, the user's dict unchanged",
+              enabled_by="generate", float32_only=True, attention="default", families=CAUSAL),
     CheckInfo("attn_agreement", "this attention and the model's default agree on uncached logits", float32_only=True,
               caches=("dynamic",), attention="other", families=CAUSAL),
     CheckInfo("quantized_kv", "the fp8 cache stores its design's frozen-scale float8 round trip of every value",

@@ -32,6 +32,7 @@ from kvconform.probe.cache_io import (
     returned_cache,
     seq_length,
 )
+from kvconform.probe.calls import CallsRecord, run_calls
 from kvconform.probe.crop import run_crop
 from kvconform.probe.fp8_design import compare_with_design, design_cache
 from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
@@ -65,6 +66,8 @@ class ProbePlan:
     reorder: bool = False
     #: Also decode sliding/chunked layers from prompts shorter than and equal to the window.
     window: bool = False
+    #: Also call generate() again (continued, padded, a second prompt; the same arguments twice) after the first.
+    calls: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
 
@@ -136,6 +139,8 @@ class ProbeRecord:
     """Decode steps where a layer's ``get_mask_sizes`` kv_length is not the K/V length its ``update()`` returned."""
     window: WindowRecord | None = None
     """Set when the cell crossed its windows from shorter prompts (``not_applicable``: no windowed layer)."""
+    calls: CallsRecord | None = None
+    """Set when the cell called generate() again after the generate check (state left between calls)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Records the runner adds beside the probe's: ``beam``, ``padded_generate``, ``attn_agreement``."""
 
@@ -283,6 +288,12 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         start = time.perf_counter()
         generate = run_generate(model, prompt, plan.decode_steps, plan.cache)
         timings["generate_s"] = time.perf_counter() - start
+    calls = None
+    if plan.calls:
+        start = time.perf_counter()
+        first = generate.cached_tokens if generate is not None and generate.error is None else None
+        calls = run_calls(model, plan, first)
+        timings["calls_s"] = time.perf_counter() - start
 
     return ProbeRecord(
         plan=plan,
@@ -301,6 +312,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         replay=replay,
         generate=generate,
         window=window,
+        calls=calls,
         mask_compared=watch.compared,
         mask_problems=mask_problems,
         paths=paths,
