@@ -121,9 +121,9 @@ def test_model_folder_runs_every_check_and_passes(folder_run: Run, llama_folder:
                                            "revision": None, "model_type": "llama", "file": None}]
     # The checks read the saved checkpoint's geometry: 2 layers, 2 KV heads of 16 dims (tiny llama).
     assert "2 K/V layers" in rows[(cell, "shapes")]["message"] and "H_kv=2" in rows[(cell, "shapes")]["message"]
-    # 6 checks pass; ragged/prefix_reuse/crop/window/beam/padded_generate are off in main.yaml and it runs neither eager,
+    # 7 checks pass (between_calls with generate); ragged/prefix_reuse/crop/window/beam/padded_generate are off in main.yaml and it runs neither eager,
     # static nor quantized cells (reorder, attn_agreement, quantized_kv), so those 9 tests have no cells.
-    assert re.search(r"^6 passed, 9 skipped in ", folder_run.out, re.MULTILINE), folder_run.out[-2000:]
+    assert re.search(r"^7 passed, 9 skipped in ", folder_run.out, re.MULTILINE), folder_run.out[-2000:]
     assert [c["cell_id"] for c in folder_run.doc()["cells"]] == [cell]
 
 

@@ -16,7 +16,7 @@ import pytest
 from kvconform.report import REPORT_FILES, strip_volatile
 from tests.inner import DATA, SUITE, Inner, Run, SharedRuns
 
-CHECKS = ("parity", "kv_parity", "growth", "shapes", "bytes", "generate")
+CHECKS = ("parity", "kv_parity", "growth", "shapes", "bytes", "generate", "between_calls")
 HEALTHY_CELLS = ("llama-gqa[float32-cpu-dynamic]", "llama-gqa[float32-cpu-static]", "gpt2-tiny[float32-cpu-dynamic]")
 BROKEN_CELL = "broken-llama[float32-cpu-dynamic]"
 #: (cell, check) -> outcome for tests/data/main.yaml. The broken model fails in the ``outcome``
