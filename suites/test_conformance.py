@@ -74,12 +74,6 @@ def test_window(cell, outcome, verdict):
     verdict(run("window", cell, outcome))
 
 
-@pytest.mark.kvconform_check("between_calls")
-def test_between_calls(cell, outcome, verdict):
-    """generate() called again through the same model: continued, padded, another prompt, the same arguments twice."""
-    verdict(run("between_calls", cell, outcome))
-
-
 @pytest.mark.kvconform_check("beam")
 def test_beam(cell, outcome, verdict):
     """Beam search with and without the cache returns the same beams with the same scores."""
@@ -100,6 +94,12 @@ def test_reorder(cell, outcome, verdict):
 def test_padded_generate(cell, outcome, verdict):
     """Batched left-padded generate() with and without the cache picks the same greedy tokens."""
     verdict(run("padded_generate", cell, outcome))
+
+
+@pytest.mark.kvconform_check("between_calls")
+def test_between_calls(cell, outcome, verdict):
+    """generate() called again through the same model: continued, padded, another prompt, the same arguments twice."""
+    verdict(run("between_calls", cell, outcome))
 
 
 @pytest.mark.kvconform_check("attn_agreement")

@@ -18,6 +18,8 @@ Tokens are compared exactly (float32 cells only); where they part, the first gen
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -143,15 +145,34 @@ def _continued(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: in
     """``generate()`` for half the tokens, then continued from the cache it returned, against one long call."""
     head = max(1, steps // 2)
     what = f"generate() of {head} tokens continued for {steps - head} from the cache it returned"
-    short = _generate(model, prompt, mask, _config(model, head), record, f"generate() of {head} tokens (to be continued)")
+    # A model's own forced tokens (BART's generation config forces EOS as the last token, mBART BOS as the first) belong
+    # to the ends of the one long call: the first call's last token and the continued call's first are not those ends.
+    # generate() fills a None it is given from the model's own config, so the model's is unset for the call.
+    with _unset(model, "forced_eos_token_id"):
+        short = _generate(model, prompt, mask, _config(model, head), record, f"generate() of {head} tokens (to be continued)")
     cache = returned_cache(short)
     if cache is None:
         record.problems.append(f"{what}: generate(return_dict_in_generate=True) returned no cache")
         return
     sequences = short.sequences
-    rest = _generate(model, sequences, torch.ones_like(sequences), _config(model, steps - head), record,
-                     f"generate() continued for {steps - head} tokens from the returned cache", **{cache_keyword(model): cache})
+    with _unset(model, "forced_bos_token_id"):
+        rest = _generate(model, sequences, torch.ones_like(sequences), _config(model, steps - head), record,
+                         f"generate() continued for {steps - head} tokens from the returned cache", **{cache_keyword(model): cache})
     _compare(record, what, _new_tokens(rest, prompt.shape[1]), first, f"one generate() of {steps} tokens")
+
+
+@contextmanager
+def _unset(model: Model, name: str) -> Iterator[None]:
+    """``model.generation_config.<name>`` set to ``None`` for the block (and in the call's own config)."""
+    config = model.generation_config
+    saved = getattr(config, name, None) if config is not None else None
+    if config is not None:
+        setattr(config, name, None)
+    try:
+        yield
+    finally:
+        if config is not None:
+            setattr(config, name, saved)
 
 
 def _second_prompt(model: Model, plan: Any, vocab: int, record: CallsRecord) -> None:
