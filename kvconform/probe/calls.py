@@ -154,6 +154,11 @@ def _continued(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: in
     if cache is None:
         record.problems.append(f"{what}: generate(return_dict_in_generate=True) returned no cache")
         return
+    from transformers import Cache
+
+    if not isinstance(cache, Cache):  # generate() takes Cache instances only (generation/utils.py: "Please use a Cache instance")
+        record.checked.append(f"{what}: not continued, the model's {type(cache).__name__} is not a transformers Cache")
+        return
     sequences = short.sequences
     with _unset(model, "forced_bos_token_id"):
         rest = _generate(model, sequences, torch.ones_like(sequences), _config(model, steps - head), record,
