@@ -143,8 +143,13 @@ def _shown(kwargs: dict[str, Any]) -> str:
 def _continued(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: int, first: list[list[int]],
                record: CallsRecord) -> None:
     """``generate()`` for half the tokens, then continued from the cache it returned, against one long call."""
+    from transformers import Cache, GenerationMixin
+
     head = max(1, steps // 2)
     what = f"generate() of {head} tokens continued for {steps - head} from the cache it returned"
+    if type(model).generate is not GenerationMixin.generate:  # musicgen: the continuation contract is GenerationMixin's
+        record.checked.append(f"{what}: not continued, {type(model).__name__} has its own generate()")
+        return
     # A model's own forced tokens (BART's generation config forces EOS as the last token, mBART BOS as the first) belong
     # to the ends of the one long call: the first call's last token and the continued call's first are not those ends.
     # generate() fills a None it is given from the model's own config, so the model's is unset for the call.
@@ -154,8 +159,6 @@ def _continued(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: in
     if cache is None:
         record.problems.append(f"{what}: generate(return_dict_in_generate=True) returned no cache")
         return
-    from transformers import Cache
-
     if not isinstance(cache, Cache):  # generate() takes Cache instances only (generation/utils.py: "Please use a Cache instance")
         record.checked.append(f"{what}: not continued, the model's {type(cache).__name__} is not a transformers Cache")
         return
