@@ -555,7 +555,7 @@ def test_merged_shards_equal_the_unsharded_run(shard_runs: dict[str, Run]) -> No
     merged = strip_volatile(merge_documents([docs["1/2"], docs["2/2"]]))
     whole = strip_volatile(docs["all"])
     assert {r["model"] for r in whole["results"]} == {"llama-gqa", "gpt2-tiny", "broken-llama"}
-    assert len(whole["results"]) == 24 and len(whole["cells"]) == 4
+    assert len(whole["results"]) == 28 and len(whole["cells"]) == 4
     for key in ("results", "cells", "excluded", "plan"):
         assert merged[key] == whole[key], key
     assert merged["environment"]["shards"] == 2
