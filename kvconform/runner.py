@@ -101,6 +101,7 @@ class CellRunner:
             ragged=check_applies("ragged", cell) and untestable("ragged", cell) is None, prefix_reuse=check_applies("prefix_reuse", cell),
             crop=check_applies("crop", cell), reorder=check_applies("reorder", cell), window=check_applies("window", cell),
             chunked_prefill=check_applies("chunked_prefill", cell),
+            calls=check_applies("between_calls", cell),
             # K/V localization compares stored tensors: a quantized cache stores other values by design.
             locate_tolerance=None if cell.cache in QUANTIZED_KINDS else cell.tolerance,
         )

@@ -114,6 +114,12 @@ def test_assisted(cell, outcome, verdict):
     verdict(run("assisted", cell, outcome))
 
 
+@pytest.mark.kvconform_check("between_calls")
+def test_between_calls(cell, outcome, verdict):
+    """generate() called again through the same model: continued, padded, another prompt, the same arguments twice."""
+    verdict(run("between_calls", cell, outcome))
+
+
 @pytest.mark.kvconform_check("attn_agreement")
 def test_attn_agreement(cell, outcome, verdict):
     """The cell's attention implementation and the model's default agree on uncached logits (float32)."""

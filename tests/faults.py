@@ -222,6 +222,75 @@ def crop_skips_verified_drafts() -> list[Patch]:
     return [(DynamicLayer, "update", verify), (DynamicLayer, "crop", keep)]
 
 
+def crop_zero_empties() -> list[Patch]:
+    """``crop(0)`` slices ``keys[..., :-0, :]`` (an empty slice): the guard for "nothing to remove" is missing."""
+
+    def crop(self: Any, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError(f"Calling `crop` with a positive value (`{tokens_to_remove}`) is not supported.")
+        if not self.is_initialized:
+            return
+        self.keys = self.keys[..., : -abs(tokens_to_remove), :]
+        self.values = self.values[..., : -abs(tokens_to_remove), :]
+
+    return [(DynamicLayer, "crop", crop)]
+
+
+def static_reorder_reverses_rows() -> list[Patch]:
+    """A static layer's ``reorder_cache`` reverses the batch rows whatever ``beam_idx`` asks (with 2 rows that is the
+    rotation, so only the identity shows it)."""
+
+    def reorder_cache(self: Any, beam_idx: torch.Tensor) -> None:
+        flipped = torch.arange(self.keys.shape[0] - 1, -1, -1, device=self.keys.device)
+        self.keys.copy_(self.keys.index_select(0, flipped))
+        self.values.copy_(self.values.index_select(0, flipped))
+
+    return [(StaticLayer, "reorder_cache", reorder_cache)]
+
+
+def generate_reuses_cache() -> list[Patch]:
+    """``generate()`` keeps the cache it built on the model and hands it, not reset, to the next greedy call of the
+    same batch size (a cache kept "to avoid reallocation" without its reset)."""
+    from transformers.generation.utils import GenerationMixin
+
+    original = GenerationMixin._prepare_cache_for_generation
+
+    def prepare(self: Any, generation_config: Any, model_kwargs: dict, generation_mode: Any, batch_size: int,
+                *args: Any, **kwargs: Any) -> Any:
+        user_cache = model_kwargs.get("cache") is not None
+        result = original(self, generation_config, model_kwargs, generation_mode, batch_size, *args, **kwargs)
+        built = model_kwargs.get("cache")
+        if user_cache or built is None or generation_config.num_beams != 1:
+            return result
+        kept = vars(self).get("_kept_cache")
+        if kept is not None and kept[0] == (type(built), batch_size):
+            model_kwargs["cache"] = kept[1]
+        else:
+            vars(self)["_kept_cache"] = ((type(built), batch_size), built)
+        return result
+
+    return [(GenerationMixin, "_prepare_cache_for_generation", prepare)]
+
+
+def cache_config_consumed() -> list[Patch]:
+    """``generate(cache_implementation="quantized", cache_config=d)`` pops ``backend`` from the user's own dict
+    (no copy), so the next call with the same dict builds another backend."""
+    from transformers import QuantizedCache
+    from transformers.generation.utils import GenerationMixin
+
+    original = GenerationMixin._prepare_cache_for_generation
+
+    def prepare(self: Any, generation_config: Any, model_kwargs: dict, *args: Any, **kwargs: Any) -> Any:
+        user = generation_config.cache_config
+        if generation_config.cache_implementation != "quantized" or not isinstance(user, dict) or model_kwargs.get("cache") is not None:
+            return original(self, generation_config, model_kwargs, *args, **kwargs)
+        backend = user.pop("backend", "quanto")
+        model_kwargs["cache"] = QuantizedCache(backend=backend, config=self.config.get_text_config(decoder=True), **user)
+        return None
+
+    return [(GenerationMixin, "_prepare_cache_for_generation", prepare)]
+
+
 def static_window_no_roll() -> list[Patch]:
     """A full static sliding-window layer overwrites its newest slot instead of rolling the window left."""
     original = StaticSlidingWindowLayer.update
@@ -405,6 +474,10 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "beam_not_reordered": beam_not_reordered,
     "crop_one_short": crop_one_short,
     "crop_skips_verified_drafts": crop_skips_verified_drafts,
+    "crop_zero_empties": crop_zero_empties,
+    "generate_reuses_cache": generate_reuses_cache,
+    "cache_config_consumed": cache_config_consumed,
+    "static_reorder_reverses_rows": static_reorder_reverses_rows,
     "static_not_reordered": static_not_reordered,
     "quantized_not_reordered": quantized_not_reordered,
     "static_window_no_roll": static_window_no_roll,

@@ -218,6 +218,11 @@ PATH_FAULTS = {
     "static_window_late_before_full": (MISTRAL, "static", "sdpa", "window",
                                        "prompt 2 (shorter than window 4): cached logits leave the uncached reference from "
                                        "decode step 1", {"window"}),
+    # The crop path crops by 0 after every decode step (as assisted decoding does), so its decode fails too.
+    "crop_zero_empties": (LLAMA, "dynamic", "sdpa", "crop", "crop(0) changed get_seq_length() from 9 to 0", {"crop"}),
+    "static_reorder_reverses_rows": (LLAMA, "static", "sdpa", "reorder",
+                                     "reorder_cache(identity [0, 1]) changed the prefilled cache: layer 0 (keys): values changed",
+                                     {"reorder"}),
     "static_not_reordered": (LLAMA, "static", "sdpa", "reorder",
                              "leave the same static cache prefilled in that row order from decode step 0", {"reorder"}),
     "quantized_not_reordered": (LLAMA, "quantized", "sdpa", "reorder",
@@ -321,3 +326,36 @@ def test_attn_agreement_never_compares_an_attention_with_itself(tmp_path) -> Non
     llama = tiny("llama")
     other = run_agreement(llama.__class__.from_pretrained(tmp_path / "llama", attn_implementation="eager"), llama, plan)
     assert other.implementations == ("eager", "sdpa") and other.not_applicable is None and other.position_max_abs_delta
+
+
+@pytest.mark.parametrize("cache", ["dynamic", "static", "quantized"])
+def test_generate_calls_through_one_model_leave_no_state(runner, cache):
+    """Healthy Llama: continued from its returned cache, a second padded prompt (dynamic); the same arguments twice,
+    the user's cache_config dict unchanged (static, quantized)."""
+    result = run_checks(runner, LLAMA, cache=cache)["between_calls"]
+    assert result.passed, result.message
+    expected = (["generate() of 4 tokens continued for 4", "a second prompt (seed + 1) with 3 extra masked pad columns"]
+                if cache == "dynamic" else ["generate() again with the same arguments", "came back unchanged"])
+    assert all(words in result.message for words in expected), result.message
+
+
+def test_a_cache_kept_between_generate_calls_fails_between_calls(runner):
+    """Planted: generate() hands its previous cache, not reset, to the next greedy call of the same batch size. The next
+    call (the first after the generate check's) gets 14 stale tokens and so little of its prompt is fed that the model
+    raises: between_calls names that call (the left-padded generate() check's call meets it too); the decode loop,
+    crop, beam search (another batch size) and the generate check's first call do not."""
+    with planted("generate_reuses_cache"):
+        results = run_checks(runner, LLAMA)
+    assert _failed(results).keys() == {"between_calls", "padded_generate"}, _failed(results)
+    message = results["between_calls"].message
+    assert message.startswith("generate() of 4 tokens (to be continued) raised RuntimeError"), message
+
+
+def test_a_consumed_cache_config_dict_fails_between_calls(runner):
+    """Planted: generate() pops ``backend`` from the user's cache_config dict; the next call with it builds the default
+    quanto backend (not installed here, or another cache). Only between_calls fails, naming the dict before and after."""
+    with planted("cache_config_consumed"):
+        results = run_checks(runner, LLAMA, cache="quantized")
+    assert _failed(results).keys() == {"between_calls"}, _failed(results)
+    assert ("generate() changed the user's arguments: cache_implementation='quantized', cache_config={'backend': 'fp8'} "
+            "came back as cache_implementation='quantized', cache_config={}") in results["between_calls"].message

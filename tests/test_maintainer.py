@@ -121,9 +121,10 @@ def test_model_folder_runs_every_check_and_passes(folder_run: Run, llama_folder:
                                            "revision": None, "model_type": "llama", "file": None}]
     # The checks read the saved checkpoint's geometry: 2 layers, 2 KV heads of 16 dims (tiny llama).
     assert "2 K/V layers" in rows[(cell, "shapes")]["message"] and "H_kv=2" in rows[(cell, "shapes")]["message"]
-    # 6 checks pass; ragged/prefix_reuse/crop/window/beam/padded_generate/assisted are off in main.yaml and it runs
-    # neither eager, static nor quantized cells (reorder, attn_agreement, quantized_kv), so those 10 tests have no cells.
-    assert re.search(r"^6 passed, 10 skipped in ", folder_run.out, re.MULTILINE), folder_run.out[-2000:]
+    # 7 checks pass (between_calls with generate); ragged/prefix_reuse/crop/window/beam/padded_generate/assisted/
+    # chunked_prefill are off in main.yaml and it runs neither eager, static nor quantized cells (reorder, attn_agreement,
+    # quantized_kv), so those tests have no cells.
+    assert re.search(r"^7 passed, 11 skipped in ", folder_run.out, re.MULTILINE), folder_run.out[-2000:]
     assert [c["cell_id"] for c in folder_run.doc()["cells"]] == [cell]
 
 
@@ -379,7 +380,8 @@ def test_a_cache_path_the_remote_code_cannot_run_fails_its_checks_and_names_the_
     assert run.ret == 1, run.output[-4000:]
     dynamic, static = "dyn-only[float32-cpu-dynamic]", "dyn-only[float32-cpu-static]"
     outcomes = run.outcomes()
-    assert {key: value for key, value in outcomes.items() if key[0] == dynamic} == all_pass(dynamic)
+    # The toy modeling_dyn.py takes no attention mask, so extra left padding changes its tokens (between_calls).
+    assert {key: value for key, value in outcomes.items() if key[0] == dynamic} == all_pass(dynamic) | {(dynamic, "between_calls"): "fail"}
     static_rows = {key: row for key, row in run.rows().items() if key[0] == static}
     assert static_rows and {row["outcome"] for row in static_rows.values()} == {"fail"}, outcomes
     line = DYNAMIC_ONLY_MODELING.splitlines().index("        scores = scores + causal") + 1
@@ -554,7 +556,7 @@ def test_merged_shards_equal_the_unsharded_run(shard_runs: dict[str, Run]) -> No
     merged = strip_volatile(merge_documents([docs["1/2"], docs["2/2"]]))
     whole = strip_volatile(docs["all"])
     assert {r["model"] for r in whole["results"]} == {"llama-gqa", "gpt2-tiny", "broken-llama"}
-    assert len(whole["results"]) == 24 and len(whole["cells"]) == 4
+    assert len(whole["results"]) == 28 and len(whole["cells"]) == 4
     for key in ("results", "cells", "excluded", "plan"):
         assert merged[key] == whole[key], key
     assert merged["environment"]["shards"] == 2

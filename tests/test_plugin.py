@@ -16,7 +16,7 @@ import pytest
 from kvconform.report import REPORT_FILES, strip_volatile
 from tests.inner import DATA, SUITE, Inner, Run, SharedRuns
 
-CHECKS = ("parity", "kv_parity", "growth", "shapes", "bytes", "generate")
+CHECKS = ("parity", "kv_parity", "growth", "shapes", "bytes", "generate", "between_calls")
 HEALTHY_CELLS = ("llama-gqa[float32-cpu-dynamic]", "llama-gqa[float32-cpu-static]", "gpt2-tiny[float32-cpu-dynamic]")
 BROKEN_CELL = "broken-llama[float32-cpu-dynamic]"
 #: (cell, check) -> outcome for tests/data/main.yaml. The broken model fails in the ``outcome``
@@ -137,7 +137,7 @@ def test_model_that_cannot_be_built_fails_only_its_own_cells(reference: Run) -> 
         for cell in HEALTHY_CELLS:
             assert rows[(cell, check)]["outcome"] == "pass"
     markdown = (reference.report_dir / "conformance.md").read_text()
-    assert "18 passed, 0 failed, 0 xfailed, 0 xpassed, 6 errored, 0 crashed, 0 not run (4 cells ran)" in markdown
+    assert "21 passed, 0 failed, 0 xfailed, 0 xpassed, 7 errored, 0 crashed, 0 not run (4 cells ran)" in markdown
 
 
 def test_build_failure_summary_keeps_the_reason(reference: Run) -> None:
@@ -149,7 +149,7 @@ def test_build_failure_summary_keeps_the_reason(reference: Run) -> None:
 def test_junitxml_is_written_alongside_the_reports(reference: Run) -> None:
     suite = ET.parse(reference.dir / "junit.xml").getroot().find("testsuite")
     assert suite is not None
-    assert (suite.get("errors"), suite.get("failures")) == ("6", "0")
+    assert (suite.get("errors"), suite.get("failures")) == ("7", "0")
     cases = {case.get("name"): case for case in suite.iter("testcase") if "[" in (case.get("name") or "")[:-1]}
     cells = {name: case for name, case in cases.items() if name.partition("[")[2][:-1] in {c for c, _ in EXPECTED}}
     assert set(cells) == {f"test_{check}[{cell}]" for cell, check in EXPECTED}
@@ -183,14 +183,14 @@ def test_interrupted_session_still_writes_what_finished(interrupted: Run) -> Non
     finished = {(cell, check): "pass" for cell in HEALTHY_CELLS[:2] for check in CHECKS}
     assert interrupted.outcomes() == finished
     markdown = (interrupted.report_dir / "conformance.md").read_text()
-    assert "12 passed" in markdown and "(2 cells ran)" in markdown
+    assert "14 passed" in markdown and "(2 cells ran)" in markdown
 
 
 def test_k_with_a_cell_id_selects_exactly_that_cells_checks(inner: Inner) -> None:
     run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "-q", "-k", "llama-gqa[float32-cpu-dynamic]")
     assert run.ret == 0, run.output[-4000:]
     summary = run.result.parseoutcomes()
-    assert summary["passed"] == 6 and set(summary) == {"passed", "deselected"}, run.out[-2000:]
+    assert summary["passed"] == 7 and set(summary) == {"passed", "deselected"}, run.out[-2000:]
     assert run.outcomes() == {("llama-gqa[float32-cpu-dynamic]", check): "pass" for check in CHECKS}
 
 

@@ -460,6 +460,12 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
         problems.append(f"after the extend the copy's cache differs from one prefill of the same {path.first_length} tokens: "
                         f"{path.states.summary()}")
     problems += _original_problems(path, limit)
+    if path.api is not None:
+        problems += path.api.problems
+        problems += [f"{what}: |Δlogit| {delta:.3g} > limit {limit:.3g} against the uncached reference"
+                     for what, delta in path.api.deltas.items() if delta > limit]
+        details["api_deltas"] = path.api.deltas
+        details["api_notes"] = path.api.notes
     expected = [path.first_length + k for k in range(len(path.seq_lengths))]
     if any(length is not None for length in path.seq_lengths) and path.seq_lengths != expected:
         problems.append(f"get_seq_length() trace {path.seq_lengths}, expected {expected}")
@@ -473,6 +479,8 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
         message = f"{path.description}: max |Δlogit| {worst:.2e} ≤ {limit:.2e}; cache grew by one per step; shapes match"
         if path.states is not None and not states_differ:
             message += f"; after the extend {path.states.summary()}; the original prefix, extended again, gives the copy's logits"
+        if path.api is not None:
+            message += "; " + "; ".join([f"{what}: |Δ| {delta:.2e}" for what, delta in path.api.deltas.items()] + path.api.notes)
         if rescued:
             message += f"; {note}"
         return CheckResult(name, True, f"{worst:.2e}", f"{limit:.2e}", message, details, Figure(worst, limit, "logit"))
@@ -647,6 +655,24 @@ def _crossing_problems(crossing: Any, record: ProbeRecord, geometry: CacheGeomet
     return problems
 
 
+def between_calls(record: ProbeRecord) -> CheckResult:
+    """``generate()`` called again through the same model gives the tokens it must, and leaves the user's arguments."""
+    calls = record.calls
+    if calls is None:
+        return CheckResult("between_calls", True, "not run", "", "between_calls is not enabled for this cell")
+    details = {"checked": calls.checked, "problems": calls.problems}
+    compared = len(calls.checked) + len(calls.problems)
+    if calls.error is not None:
+        done = f" (after {len(calls.checked)} comparisons that held: {'; '.join(calls.checked)})" if calls.checked else ""
+        problems = "; ".join(calls.problems) + "; " if calls.problems else ""
+        return CheckResult("between_calls", False, "error", "", f"{problems}{calls.error}{done}", details)
+    if calls.problems:
+        message = "state left between generate() calls: " + "; ".join(calls.problems)
+        return CheckResult("between_calls", False, f"{len(calls.problems)}/{compared} differ", f"0/{compared}", message, details)
+    return CheckResult("between_calls", True, f"0/{compared} differ", f"0/{compared}", "; ".join(calls.checked) + ": the same tokens",
+                       details)
+
+
 def _padded_generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
     gen = record.extras.get("padded_generate")
     if gen is None:
@@ -675,6 +701,7 @@ _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResu
     "quantized_kv": lambda record, geometry, explanation, tolerance: path_checks.quantized_kv(record.quantized),
     "window": lambda record, geometry, explanation, tolerance: window(record, tolerance, geometry),
     "chunked_prefill": lambda record, geometry, explanation, tolerance: chunked_prefill(record, tolerance, geometry),
+    "between_calls": lambda record, geometry, explanation, tolerance: between_calls(record),
 }
 #: Checks that read a record the runner adds beside the probe's (``ProbeRecord.extras``).
 EXTRA_CHECKS = ("beam", "padded_generate", "attn_agreement", "assisted")
@@ -703,4 +730,6 @@ def _ran(name: str, record: ProbeRecord) -> bool:
         return record.window is not None and not record.window.not_applicable
     if name == "chunked_prefill":
         return record.chunked is not None and not record.chunked.not_applicable
+    if name == "between_calls":
+        return record.calls is not None
     return name != "quantized_kv" or record.quantized is not None

@@ -5,6 +5,9 @@ Assisted (speculative) decoding in transformers 5.24 rolls rejected draft tokens
 tokens, cropped back k tokens, and the same tokens are decoded again one by one: every step must
 match the uncached reference, and ``get_seq_length()`` must be P after the crop and grow by one.
 Caches that transformers marks as not croppable (``is_croppable``) are reported as such.
+
+The same prefilled cache (a copy) also takes the cache API's edge calls, and a copy of the main decode's cache
+(sliding layers rolled, no past recorded) a ``crop`` after the decode (``cache_api.py``).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 from kvconform.build.models import Model
 from kvconform.build.support import crop_support
 from kvconform.compat import record_past
+from kvconform.probe.cache_api import crop_after_decode, edge_calls
 from kvconform.probe.cache_io import keep_logits, new_cache, returned_cache, seq_length
 from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
@@ -37,9 +41,10 @@ def _fresh_cache(model: Model, kind: str, max_len: int) -> Any:
 
 
 @torch.inference_mode()
-def run_crop(model: Model, plan: Any, keyword: str, reference: torch.Tensor, sequence: torch.Tensor) -> PathRecord:
+def run_crop(model: Model, plan: Any, keyword: str, reference: torch.Tensor, sequence: torch.Tensor,
+             decoded: Any = None) -> PathRecord:
     """Prefill P+k tokens, ``crop(-k)``, decode tokens P… again; ``reference`` is the uncached logits at positions
-    P-1 … P+N-1 [B, N+1, V]."""
+    P-1 … P+N-1 [B, N+1, V]; ``decoded`` the main decode's cache (all P+N tokens), for the crop after the decode."""
     prompt_length, total = plan.prompt_length, sequence.shape[1]
     k = min(CROP_TOKENS, total - prompt_length)
     cache = _fresh_cache(model, plan.cache, total)
@@ -49,6 +54,12 @@ def run_crop(model: Model, plan: Any, keyword: str, reference: torch.Tensor, seq
     if not getattr(cache, "is_croppable", False):
         layers = sorted({type(layer).__name__ for layer in getattr(cache, "layers", []) if not getattr(layer, "is_croppable", False)})
         raise PathNotApplicable(f"transformers marks this {type(cache).__name__} as not croppable (is_croppable False; layers {layers})")
+    api = None
+    if prompt_length + k < total:  # the edge calls on a copy, then the token after the prefill decoded on it
+        api = edge_calls(model, keyword, cache, sequence[:, prompt_length + k : prompt_length + k + 1], reference[:, k + 1, :],
+                         identity=plan.cache == "dynamic")
+        if decoded is not None:
+            crop_after_decode(model, keyword, decoded, k, sequence[:, total - k : total - k + 1], reference[:, -k, :], api)
     cache.crop(-k)
     lengths = [seq_length(cache)]
     deltas = []
@@ -61,4 +72,6 @@ def run_crop(model: Model, plan: Any, keyword: str, reference: torch.Tensor, seq
     expected = reference[:, 1:, :]
     scale = float(torch.nan_to_num(expected.float()).abs().max())
     description = f"a {prompt_length + k}-token prefill cropped back {k} tokens (crop(-{k})), then decoded again"
-    return summarize("crop", deltas, scale, description, lengths, prompt_length, cache)
+    record = summarize("crop", deltas, scale, description, lengths, prompt_length, cache)
+    record.api = api
+    return record

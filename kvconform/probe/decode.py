@@ -34,6 +34,7 @@ from kvconform.probe.cache_io import (
     returned_cache,
     seq_length,
 )
+from kvconform.probe.calls import CallsRecord, run_calls
 from kvconform.probe.chunked import ChunkedRecord, run_chunked, run_chunked_generate
 from kvconform.probe.crop import run_crop
 from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
@@ -69,6 +70,8 @@ class ProbePlan:
     window: bool = False
     #: Also prefill the prompt in chunks (as ``generate(prefill_chunk_size=...)``) and compare with one prefill.
     chunked_prefill: bool = False
+    #: Also call generate() again (continued, padded, a second prompt; the same arguments twice) after the first.
+    calls: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
 
@@ -144,6 +147,8 @@ class ProbeRecord:
     """Set when the cell crossed its windows from shorter prompts (``not_applicable``: no windowed layer)."""
     chunked: ChunkedRecord | None = None
     """Set when the cell prefilled its prompt in chunks against one prefill."""
+    calls: CallsRecord | None = None
+    """Set when the cell called generate() again after the generate check (state left between calls)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Records the runner adds beside the probe's: ``beam``, ``padded_generate``, ``attn_agreement``."""
 
@@ -203,6 +208,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         cached_logits.append(output.logits[:, -1, :])
         lengths.append(seq_length(cache))
         layer_states.append(snapshot_layers(cache))
+    watch.close()
     timings["decode_s"] = time.perf_counter() - start
 
     full = torch.cat(sequence, dim=1)
@@ -264,7 +270,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     paths = {}
     runs = {"prefix_reuse": lambda: run_prefix_reuse(model, plan, keyword, uncached_steps, full),
             "ragged": lambda: run_ragged(model, plan, keyword),
-            "crop": lambda: run_crop(model, plan, keyword, uncached_steps, full),
+            "crop": lambda: run_crop(model, plan, keyword, uncached_steps, full, cache),
             "reorder": lambda: run_reorder(model, plan, keyword, full)}
     for name, run in runs.items():
         if getattr(plan, name):
@@ -302,6 +308,12 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         plain = generate.cached_tokens if generate is not None and generate.error is None else None
         chunked.generate = run_chunked_generate(model, prompt, plan.decode_steps, chunked.chunk_size, plain)
         timings["chunked_generate_s"] = time.perf_counter() - start
+    calls = None
+    if plan.calls:
+        start = time.perf_counter()
+        first = generate.cached_tokens if generate is not None and generate.error is None else None
+        calls = run_calls(model, plan, first)
+        timings["calls_s"] = time.perf_counter() - start
 
     return ProbeRecord(
         plan=plan,
@@ -321,6 +333,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         generate=generate,
         window=window,
         chunked=chunked,
+        calls=calls,
         mask_compared=watch.compared,
         mask_problems=mask_problems,
         paths=paths,

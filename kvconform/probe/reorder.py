@@ -15,6 +15,9 @@ State a model keeps outside its cache is caught by the static cells' fresh-prefi
 An integer-quantized cache (quanto, HQQ) is compared with its residual design (``int_design``), prefilled with the
 same rows and reordered the same way: HQQ's groups span batch rows, so no per-row tensor can be moved by hand,
 and transformers defers the quantized part's move to the next update, which the decode then crosses with flushes.
+
+Before the rotation, the prefilled cache is reordered by the identity: every tensor its layers hold must stay
+bit-identical (with 2 rows, a reorder that swaps the rows whatever ``beam_idx`` says passes the rotation).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 from kvconform.build.models import Model
 from kvconform.build.support import int_cache_config
 from kvconform.matrix import INT_QUANTIZED
+from kvconform.probe.cache_api import ApiRecord, first_change, layer_tensors
 from kvconform.probe.cache_io import forward_keeping_cache, keep_logits, new_cache, returned_cache, seq_length
 from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
@@ -57,6 +61,11 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
         by_hand, _ = forward_keeping_cache(model, keyword, design_cache(model, int_cache_config(model.config, plan.cache)),
                                            input_ids=sequence[:, :prompt_length], **keep_logits(model, 1))
         by_hand.reorder_cache(order)
+    api, before = ApiRecord(), layer_tensors(cache)
+    cache.reorder_cache(torch.arange(batch, device=sequence.device))
+    change = first_change(before, layer_tensors(cache))
+    if change:
+        api.problems.append(f"reorder_cache(identity {list(range(batch))}) changed the prefilled cache: {change}")
     cache.reorder_cache(order)
     reordered = sequence[order]
     logits, lengths, cache = _decode(model, keyword, cache, reordered[:, prompt_length:])
@@ -66,8 +75,10 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
     expected, _, _ = _decode(model, keyword, by_hand, reordered[:, prompt_length:])
     deltas = [row_delta(got, want) for got, want in zip(logits, expected, strict=False)]
     scale = max(float(torch.nan_to_num(want.float()).abs().max()) for want in expected)
-    description = f"a prefilled {plan.cache} cache reordered by rows {order.tolist()} (reorder_cache), then decoded"
+    description = (f"a prefilled {plan.cache} cache reordered by the identity (bit-identical) and by rows {order.tolist()} "
+                   "(reorder_cache), then decoded")
     record = summarize("reorder", deltas, scale, description, lengths, prompt_length + 1, cache)
+    record.api = api
     record.reference = ("the same prefilled quantized cache with its rows moved by hand" if plan.cache == "quantized"
                         else "its residual design, prefilled and reordered alike" if plan.cache in INT_QUANTIZED
                         else f"the same {plan.cache} cache prefilled in that row order")

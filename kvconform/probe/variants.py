@@ -20,6 +20,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import all_linear, cache_argument, generation_positions
+from kvconform.probe.cache_api import ApiRecord
 from kvconform.probe.cache_io import (
     forward_keeping_cache,
     input_device,
@@ -72,6 +73,8 @@ class PathRecord:
     """prefix_reuse: max |Δlogit| of the original prefix extended again by the same tokens against the copy's extend."""
     original_changed: str | None = None
     """prefix_reuse: the first tensor of the original prefix cache that changed while its copy ran (shared state)."""
+    api: ApiRecord | None = None
+    """The cache API's edge calls made on copies of the path's caches (crop: ``cache_api.py``)."""
 
 
 class PathNotApplicable(RuntimeError):

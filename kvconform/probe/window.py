@@ -93,6 +93,11 @@ class UpdateWatch:
             return keys, values
         return watched
 
+    def close(self) -> None:
+        """Unwrap every layer's ``update`` (a copy of the cache must not write through to this instance's layers)."""
+        for _, layer in self.layers:
+            vars(layer).pop("update", None)
+
     def step(self, run: Any, query_length: int, step: int) -> tuple[Any, list[str]]:
         """``run()`` one forward; the layers whose advertised kv_length is not the K/V length update() returned."""
         advertised = {index: int(layer_mask_sizes(layer, query_length)[0]) for index, layer in self.layers}

@@ -1,0 +1,206 @@
+"""State that leaks between ``generate()`` calls through one model instance (issue 20, item 4).
+
+On a cell whose ``generate`` check ran (its cached greedy tokens for the probe's prompt are the first call):
+
+- dynamic cells: ``generate()`` continued from the ``past_key_values`` a shorter call returned
+  (``return_dict_in_generate=True``) must give the one long call's tokens; then a second, different prompt with
+  extra pad columns on the left (masked, as a tokenizer's ``pad_to_multiple_of`` pads) through the same instance
+  must give the tokens its unpadded uncached ``generate()`` gives (half the decode steps: a leaked state or a
+  visible pad column shows from the first decoded token);
+- static and quantized cells: ``generate()`` again with the same arguments (``cache_implementation`` and the user's
+  ``cache_config`` dict, the same ``GenerationConfig`` object) must give the first call's tokens, and leave the dict
+  and the config as they were (transformers consumes keys of a copy: generation/utils.py, "Copied, as generate may
+  be called several times with the same cache_config").
+
+Tokens are compared exactly (float32 cells only); where they part, the first generated position and rows are named.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kvconform.build.models import Model
+from kvconform.compat import cache_keyword
+from kvconform.probe.cache_io import cache_implementation, input_device, make_prompt, returned_cache
+
+#: Extra pad columns put on the left of the prompt (masked out), as a tokenizer's ``pad_to_multiple_of`` adds.
+EXTRA_PADDING = 3
+#: The second prompt's seed offset from the probe's.
+SECOND_PROMPT_SEED = 1
+
+
+@dataclass
+class CallsRecord:
+    """Each comparison made (``checked``: what held) and each that failed (``problems``)."""
+
+    checked: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    error: str | None = None
+    """Set when a call raised (the comparisons made before it stand)."""
+    calling: str = "the first generate()"
+    """The call being made (the one that raised, when ``error`` is set)."""
+
+
+def _config(model: Model, steps: int, use_cache: bool = True) -> Any:
+    from transformers import GenerationConfig
+
+    config = copy.deepcopy(model.generation_config) if model.generation_config is not None else GenerationConfig()
+    config.update(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, num_beams=1, use_cache=use_cache,
+                  eos_token_id=None, pad_token_id=0, return_dict_in_generate=True)
+    return config
+
+
+def _parted(got: list[list[int]], want: list[list[int]]) -> str | None:
+    """``generated token k (rows …): a vs b`` where two token lists first part, or ``None``."""
+    if len(got) != len(want) or any(len(a) != len(b) for a, b in zip(got, want, strict=False)):
+        return f"{[len(a) for a in got]} tokens per row against {[len(b) for b in want]}"
+    for k in range(len(got[0]) if got else 0):
+        rows = [r for r, (a, b) in enumerate(zip(got, want, strict=False)) if a[k] != b[k]]
+        if rows:
+            return f"from generated token {k} (rows {rows}: {[got[r][k] for r in rows]} vs {[want[r][k] for r in rows]})"
+    return None
+
+
+def _compare(record: CallsRecord, what: str, got: list[list[int]], want: list[list[int]], against: str) -> None:
+    parted = _parted(got, want)
+    if parted is None:
+        record.checked.append(what)
+    else:
+        record.problems.append(f"{what}: tokens part from {against} {parted}")
+
+
+def _generate(model: Model, prompt: torch.Tensor, mask: torch.Tensor, config: Any, record: CallsRecord, calling: str,
+              **kwargs: Any) -> Any:
+    record.calling = calling
+    return model.generate(prompt, generation_config=config, attention_mask=mask, **kwargs)
+
+
+def _new_tokens(output: Any, prompt_width: int) -> list[list[int]]:
+    return output.sequences[:, prompt_width:].tolist()
+
+
+def run_calls(model: Model, plan: Any, first: list[list[int]] | None) -> CallsRecord:
+    """The calls of the cell's kind after the ``generate`` check's; ``first`` is its cached tokens (``None``: not run)."""
+    record = CallsRecord()
+    try:
+        _run(model, plan, first, record)
+    except Exception as exc:  # noqa: BLE001 - a generate() crash fails this check only
+        record.error = f"{record.calling} raised {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
+    return record
+
+
+@torch.inference_mode()
+def _run(model: Model, plan: Any, first: list[list[int]] | None, record: CallsRecord) -> None:
+    vocab = model.config.get_text_config(decoder=True).vocab_size
+    prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, vocab, input_device(model))
+    mask = torch.ones_like(prompt)
+    steps = plan.decode_steps
+    if plan.cache == "dynamic":
+        if first is None:
+            first = _new_tokens(_generate(model, prompt, mask, _config(model, steps), record, "a first generate()"), prompt.shape[1])
+        _continued(model, prompt, mask, steps, first, record)
+        _second_prompt(model, plan, vocab, record)
+        return
+    kwargs = cache_implementation(plan.cache)  # the user's arguments, one dict passed to both calls
+    config = _config(model, steps)
+    given_kwargs, given_config = copy.deepcopy(kwargs), config.to_dict()
+    what = "the generate check's generate()"
+    if first is None:
+        what = "a first generate()"
+        first = _new_tokens(_generate(model, prompt, mask, config, record, what, **kwargs), prompt.shape[1])
+        _unchanged(record, kwargs, given_kwargs, config, given_config, note=False)  # before a call it may break
+    again = f"generate() again with the same arguments ({_shown(kwargs)}) and GenerationConfig"
+    second = _new_tokens(_generate(model, prompt, mask, config, record, again, **kwargs), prompt.shape[1])
+    _compare(record, again, second, first, what)
+    if not record.problems:
+        _unchanged(record, kwargs, given_kwargs, config, given_config)
+
+
+def _unchanged(record: CallsRecord, kwargs: dict[str, Any], given_kwargs: dict[str, Any], config: Any,
+               given_config: dict[str, Any], note: bool = True) -> None:
+    """The user's arguments and GenerationConfig as they were given (a problem for each that is not; ``note``: record
+    that they were)."""
+    now = config.to_dict()
+    changed = sorted(key for key in given_config.keys() | now.keys() if given_config.get(key) != now.get(key))
+    if kwargs != given_kwargs:
+        record.problems.append(f"generate() changed the user's arguments: {_shown(given_kwargs)} came back as {_shown(kwargs)}")
+    if changed:
+        record.problems.append(f"generate() changed the user's GenerationConfig: {changed}")
+    if note and kwargs == given_kwargs and not changed:
+        record.checked.append(f"the arguments ({_shown(kwargs)}) and the GenerationConfig came back unchanged")
+
+
+def _shown(kwargs: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+
+
+def _continued(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: int, first: list[list[int]],
+               record: CallsRecord) -> None:
+    """``generate()`` for half the tokens, then continued from the cache it returned, against one long call."""
+    from transformers import Cache, GenerationMixin
+
+    head = max(1, steps // 2)
+    what = f"generate() of {head} tokens continued for {steps - head} from the cache it returned"
+    if type(model).generate is not GenerationMixin.generate:  # musicgen: the continuation contract is GenerationMixin's
+        record.checked.append(f"{what}: not continued, {type(model).__name__} has its own generate()")
+        return
+    # A model's own forced tokens (BART's generation config forces EOS as the last token, mBART BOS as the first) belong
+    # to the ends of the one long call: the first call's last token and the continued call's first are not those ends.
+    # generate() fills a None it is given from the model's own config, so the model's is unset for the call.
+    with _unset(model, "forced_eos_token_id"):
+        short = _generate(model, prompt, mask, _config(model, head), record, f"generate() of {head} tokens (to be continued)")
+    cache = returned_cache(short)
+    if cache is None:
+        record.problems.append(f"{what}: generate(return_dict_in_generate=True) returned no cache")
+        return
+    if not isinstance(cache, Cache):  # generate() takes Cache instances only (generation/utils.py: "Please use a Cache instance")
+        record.checked.append(f"{what}: not continued, the model's {type(cache).__name__} is not a transformers Cache")
+        return
+    sequences = short.sequences
+    with _unset(model, "forced_bos_token_id"):
+        rest = _generate(model, sequences, torch.ones_like(sequences), _config(model, steps - head), record,
+                         f"generate() continued for {steps - head} tokens from the returned cache", **{cache_keyword(model): cache})
+    _compare(record, what, _new_tokens(rest, prompt.shape[1]), first, f"one generate() of {steps} tokens")
+
+
+@contextmanager
+def _unset(model: Model, name: str) -> Iterator[None]:
+    """``model.generation_config.<name>`` set to ``None`` for the block (and in the call's own config)."""
+    config = model.generation_config
+    saved = getattr(config, name, None) if config is not None else None
+    if config is not None:
+        setattr(config, name, None)
+    try:
+        yield
+    finally:
+        if config is not None:
+            setattr(config, name, saved)
+
+
+def _second_prompt(model: Model, plan: Any, vocab: int, record: CallsRecord) -> None:
+    """A different prompt, with ``EXTRA_PADDING`` masked pad columns (id 0) on the left, after the calls above, against
+    its own unpadded uncached ``generate()``; where they part, the unpadded cached call says whether the padding did."""
+    prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed + SECOND_PROMPT_SEED, vocab, input_device(model))
+    mask, steps = torch.ones_like(prompt), max(1, plan.decode_steps // 2)
+    pad = torch.zeros(prompt.shape[0], EXTRA_PADDING, dtype=prompt.dtype, device=prompt.device)
+    what = f"a second prompt (seed + 1) with {EXTRA_PADDING} extra masked pad columns on the left, after the calls before it"
+    padded = _generate(model, torch.cat([pad, prompt], dim=1), torch.cat([pad, mask], dim=1), _config(model, steps), record, what)
+    cached = _new_tokens(padded, prompt.shape[1] + EXTRA_PADDING)
+    uncached = _new_tokens(_generate(model, prompt, mask, _config(model, steps, use_cache=False), record,
+                                     "the second prompt's uncached generate()"), prompt.shape[1])
+    parted = _parted(cached, uncached)
+    if parted is None:
+        record.checked.append(what)
+        return
+    unpadded = _new_tokens(_generate(model, prompt, mask, _config(model, steps), record, "the second prompt unpadded"),
+                           prompt.shape[1])
+    again = _parted(unpadded, uncached)
+    cause = ("the extra left padding changes the tokens (unpadded, the cached call gives the uncached tokens)" if again is None
+             else f"unpadded too, the cached call parts from the uncached one {again}")
+    record.problems.append(f"{what}: tokens part from its own unpadded uncached generate() {parted}; {cause}")
