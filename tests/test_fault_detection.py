@@ -193,12 +193,12 @@ def _fault_ladder():
     return module
 
 
-#: kv_parity Δ ÷ limit on the real SmolLM2 in bfloat16, measured with tools/fault_ladder.py (docs/tolerances.md):
-#: healthy 0.32; stale writes 31 (every layer), 10.6 (one layer of 30), 8.7 (one KV head of 3), 10.4 (one position);
-#: the rotary offset of one position in one layer 4.0. Asserted with some room under each.
-#: Measured with the bfloat16 limit 1e-1 × max|K|: healthy 0.16 (AVX-512) to 0.65 (AVX2 kernels), the stale writes
-#: 4.4-15.5×, the rotary offset 2.0×.
-LADDER_KV_MARGIN = {"healthy": 0.75, "stale": 4.0, "rotary": 1.5}
+#: kv_parity Δ ÷ limit on the real SmolLM2 in bfloat16 (limit: 48 rounding steps of each KV head dimension's own
+#: scale), measured with tools/fault_ladder.py (docs/detection-power.md): healthy 0.13 (AVX-512) to 0.49 (AVX2
+#: kernels); stale writes 5.0-5.3× (every layer, one layer of 30, one KV head of 3, one position); the rotary offset
+#: of one position in one layer 4.8× (AVX2 4.0×; 2.0× under the former 0.1 × max|K| of the layer). Asserted with
+#: room under each.
+LADDER_KV_MARGIN = {"healthy": 0.75, "stale": 4.0, "rotary": 3.0}
 
 
 def test_kv_parity_catches_every_write_fault_of_the_ladder_in_bfloat16(smollm2):
@@ -214,7 +214,6 @@ def test_kv_parity_catches_every_write_fault_of_the_ladder_in_bfloat16(smollm2):
             continue
         floor = LADDER_KV_MARGIN["rotary" if fault.startswith("rotary") else "stale"]
         assert measured["kv_parity"] >= floor, f"{fault}: kv_parity only {measured['kv_parity']:.3g}× its limit (< {floor})"
-        assert ladder.first_catch(measured) == "kv_parity", (fault, measured)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
