@@ -175,7 +175,7 @@ def test_run_all_follows_the_table_and_runs_only_the_paths_the_probe_ran() -> No
 
 
 def _kv_pairs(delta: float = 0.0, layer: int = 1, position: int = 3, tensor: str = "values"):
-    """Two K/V layers (max |value| 1) and one without K/V; ``delta`` added to one stored value."""
+    """Two K/V layers (max |value| 1 in KV head 1, dim 2) and one without K/V; ``delta`` added to one stored value there."""
     import torch
 
     from kvconform.probe.kv_compare import kv_parity
@@ -184,7 +184,7 @@ def _kv_pairs(delta: float = 0.0, layer: int = 1, position: int = 3, tensor: str
     pairs: list = []
     for index in range(2):
         ref_k, ref_v = (torch.rand(2, 2, 6, 4, generator=generator) * 2 - 1 for _ in range(2))
-        ref_k[0, 0, 0, 0] = ref_v[0, 0, 0, 0] = 1.0
+        ref_k[0, 1, 0, 2] = ref_v[0, 1, 0, 2] = 1.0
         keys, values = ref_k.clone(), ref_v.clone()
         if index == layer:
             (values if tensor == "values" else keys)[1, 1, position, 2] += delta
@@ -193,15 +193,20 @@ def _kv_pairs(delta: float = 0.0, layer: int = 1, position: int = 3, tensor: str
     return kv_parity(pairs, valid_length=6)
 
 
-def test_kv_parity_names_layer_position_tensor_and_the_limit():
-    limit = 1e-6 + 1e-4 * 1.0  # float32: atol + rtol × max|V| of the layer
+def test_kv_parity_names_layer_position_head_dim_tensor_and_the_limit():
+    import torch
+
+    from kvconform.probe.kv_compare import KV_ROUNDING_STEPS
+
+    rtol = KV_ROUNDING_STEPS[torch.float32] * torch.finfo(torch.float32).eps
+    limit = 1e-6 + rtol * 1.0  # float32: atol + rtol × max|V| of KV head 1, dim 2
     healthy = checks.kv_parity(replace(_record(), kv_parity=_kv_pairs(0.5 * limit)))
     assert healthy.passed and healthy.figure.ratio == pytest.approx(0.5, rel=1e-3), healthy.message
     assert healthy.details["kv_layers"] == 2
     failed = checks.kv_parity(replace(_record(), kv_parity=_kv_pairs(3 * limit)))
     assert not failed.passed
     assert "from layer 1, position 3 (values): worst |Δ|" in failed.message and "1 of 2 K/V layers over the limit [1]" in failed.message
-    assert f"> limit {limit:.3g} = 1e-06 + 0.0001 × max|V| 1" in failed.message
+    assert f"at position 3, KV head 1, dim 2 > limit {limit:.3g} = 1e-06 + {rtol:.3g} × max|V| of that head dimension 1" in failed.message
     assert failed.figure.ratio == pytest.approx(3, rel=1e-3) and failed.details["kv_worst"]["tensor"] == "values"
 
 

@@ -132,7 +132,8 @@ def _step_name(step: StepRecord, record: ProbeRecord) -> str:
 
 
 def kv_parity(record: ProbeRecord) -> CheckResult:
-    """Every layer's stored K/V at every position within ``atol + rtol × max|K|`` (per layer) of one fresh pass."""
+    """Every layer's stored K/V within ``atol + rtol × scale`` of one fresh pass at every element, ``scale`` the max
+    |fresh-pass value| of the element's KV head and head dimension (``rtol``: rounding steps × the dtype's eps)."""
     kv = record.kv_parity
     if kv is None:
         return CheckResult("kv_parity", True, "not run", "", "K/V parity is not run for this cell (its cache is judged by design)")
@@ -147,15 +148,17 @@ def kv_parity(record: ProbeRecord) -> CheckResult:
                                "kv_worst": _kv_delta(worst), "kv_failing_layers": [d.layer for d in kv.failing]}
     figure = Figure(worst.ratio, 1.0, "× K/V limit")
     measured, limit = f"{worst.ratio:.2e}×", "1×"
-    where = lambda d: f"layer {d.layer}, position {d.position} ({d.tensor})"  # noqa: E731
-    bound = lambda d: f"{d.limit:.3g} = {KV_ABSOLUTE_LIMIT:g} + {kv.rtol:g} × max|{d.tensor[0].upper()}| {d.scale:.3g}"  # noqa: E731
+    where = lambda d: f"layer {d.layer}, position {d.position}, KV head {d.head}, dim {d.dim} ({d.tensor})"  # noqa: E731
+    bound = lambda d: (f"{d.limit:.3g} = {KV_ABSOLUTE_LIMIT:g} + {kv.rtol:.3g} × max|{d.tensor[0].upper()}| of that head "  # noqa: E731
+                       f"dimension {d.scale:.3g}")
     if not kv.failing:
         message = (f"{kv.kv_layers} K/V layers match a fresh pass at every position ({record.dtype}); worst |Δ| {worst.delta:.3g} "
                    f"at {where(worst)} ≤ {bound(worst)} ({worst.ratio:.2g} of the limit)")
         return CheckResult("kv_parity", True, measured, limit, message, details, figure)
     first = kv.failing[0]
     message = (f"stored K/V differ from a fresh pass over the final sequence from layer {first.layer}, position {first.first} "
-               f"({first.tensor}): worst |Δ| {first.delta:.3g} at position {first.position} > limit {bound(first)} "
+               f"({first.tensor}): worst |Δ| {first.delta:.3g} at position {first.position}, KV head {first.head}, dim {first.dim} "
+               f"> limit {bound(first)} "
                f"({first.ratio:.3g}× the limit, {record.dtype}); {len(kv.failing)} of {kv.kv_layers} "
                f"K/V layers over the limit {[d.layer for d in kv.failing]}; worst {worst.ratio:.3g}× at {where(worst)}")
     return CheckResult("kv_parity", False, measured, limit, message, details, figure)
@@ -163,7 +166,7 @@ def kv_parity(record: ProbeRecord) -> CheckResult:
 
 def _kv_delta(delta: KVDelta) -> dict[str, Any]:
     return {"layer": delta.layer, "position": delta.position, "first_over": delta.first, "tensor": delta.tensor,
-            "delta": delta.delta, "limit": delta.limit, "scale": delta.scale}
+            "head": delta.head, "dim": delta.dim, "delta": delta.delta, "limit": delta.limit, "scale": delta.scale}
 
 
 def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:

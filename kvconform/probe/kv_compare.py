@@ -11,14 +11,24 @@ from dataclasses import dataclass
 
 import torch
 
-#: Relative K/V difference (to the largest reference value of the layer's keys or values) that counts as a
-#: divergence; measured healthy worst over the default matrix in docs/tolerances.md (K/V parity). The half
-#: precision limits hold on every CPU kernel: the real SmolLM2 under AVX2 kernels (ATEN_CPU_CAPABILITY=avx2
-#: ONEDNN_MAX_CPU_ISA=AVX2) stores values at layer 15, position 1 that a fresh pass computes 0.06 × max|V| away in
-#: bfloat16 (0.009 in float16), where AVX-512 gives 0.016 (0.0027).
-KV_RELATIVE_LIMIT = {torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 1e-1}
-#: Absolute floor of the K/V limit (a layer whose reference is all zeros).
+#: The K/V limit of each stored element, in rounding steps of the dtype (``torch.finfo(dtype).eps``) of that
+#: element's own scale: the largest |fresh-pass value| of its KV head and head dimension (over the batch and the
+#: positions, keys and values apart): a stored coordinate carries the rounding of its own magnitude, so each head
+#: dimension is judged on its own scale, not on the layer's largest (on Gemma 3 the dims a one-position rotary offset
+#: moves are ~15× smaller than the layer's max |K|, which hid that offset in bfloat16). The step counts hold the
+#: healthy worst of the default matrix and the real checkpoints, AVX-512 and AVX2 kernels, at ≤ 0.5 of the limit:
+#: docs/tolerances.md (K/V parity).
+KV_ROUNDING_STEPS = {torch.float32: 2000, torch.float16: 64, torch.bfloat16: 48}
+#: Steps for other dtypes (the dtype's own eps still sets the size).
+DEFAULT_KV_STEPS = 64
+#: Absolute floor of the K/V limit (a head dimension whose reference is all zeros).
 KV_ABSOLUTE_LIMIT = 1e-6
+
+
+def kv_rtol(dtype: torch.dtype) -> float:
+    """The relative K/V limit of ``dtype``: its rounding steps × its eps."""
+    steps = KV_ROUNDING_STEPS.get(dtype, DEFAULT_KV_STEPS)
+    return steps * (torch.finfo(dtype).eps if dtype.is_floating_point else torch.finfo(torch.bfloat16).eps)
 
 
 @dataclass(frozen=True)
@@ -44,7 +54,7 @@ LayerPair = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None
 
 @dataclass(frozen=True)
 class KVDelta:
-    """The worst position of one layer's keys or values against the fresh pass."""
+    """The worst element of one layer's keys or values against the fresh pass (worst |Δ| ÷ its limit)."""
 
     layer: int
     position: int
@@ -52,7 +62,9 @@ class KVDelta:
     delta: float
     limit: float
     scale: float
-    """max |fresh-pass value| of this layer's keys or values (the limit is ``atol + rtol × scale``)."""
+    """max |fresh-pass value| of this element's KV head and head dimension (the limit is ``atol + rtol × scale``)."""
+    head: int
+    dim: int
     first: int | None = None
     """The first position over the limit (``None``: none is)."""
 
@@ -76,7 +88,7 @@ class KVParity:
 
 
 def kv_parity(pairs: list[LayerPair], valid_length: int, preallocated: bool = False) -> KVParity:
-    """Δ ÷ limit of every layer's keys and values at every position (compared as in ``locate_divergence``)."""
+    """Δ ÷ limit of every layer's keys and values at every element (compared as in ``locate_divergence``)."""
     stored = valid_length if preallocated else None
     worst: KVDelta | None = None
     failing: list[KVDelta] = []
@@ -86,7 +98,7 @@ def kv_parity(pairs: list[LayerPair], valid_length: int, preallocated: bool = Fa
             continue
         layers += 1
         keys, values, ref_keys, ref_values = pair
-        rtol = KV_RELATIVE_LIMIT.get(keys.dtype, 5e-2)
+        rtol = kv_rtol(keys.dtype)
         layer_worst: KVDelta | None = None
         for name, decoded, reference in (("keys", keys, ref_keys), ("values", values, ref_values)):
             got, want = _columns(decoded, stored), _columns(reference, stored)
@@ -95,11 +107,7 @@ def kv_parity(pairs: list[LayerPair], valid_length: int, preallocated: bool = Fa
                 return KVParity(layers, rtol, None, tuple(failing), problem)
             if not got.numel():
                 continue
-            per_position = torch.nan_to_num((got - want).abs(), nan=float("inf")).amax(dim=(0, 1, 3))
-            index, limit, offset = int(per_position.argmax()), _limit(want, decoded.dtype), valid_length - got.shape[-2]
-            over = (per_position > limit).nonzero().flatten()
-            found = KVDelta(layer, offset + index, name, float(per_position[index]), limit, float(want.abs().max()),
-                            offset + int(over[0]) if len(over) else None)
+            found = _worst_element(layer, name, got, want, _scales(want), rtol, valid_length - got.shape[-2])
             if layer_worst is None or found.ratio > layer_worst.ratio:
                 layer_worst = found
         if layer_worst is None:
@@ -109,6 +117,23 @@ def kv_parity(pairs: list[LayerPair], valid_length: int, preallocated: bool = Fa
         if layer_worst.ratio > 1:
             failing.append(layer_worst)
     return KVParity(layers, rtol, worst, tuple(failing))
+
+
+def _worst_element(layer: int, name: str, got: torch.Tensor, want: torch.Tensor, scale: torch.Tensor, rtol: float,
+                   offset: int) -> KVDelta:
+    """The element of ``got`` [B, H, S, D] farthest from ``want`` in units of its limit (``atol + rtol × scale``,
+    ``scale`` [1, H, 1, D]), and the first position over it; positions count from ``offset``."""
+    delta = torch.nan_to_num((got - want).abs(), nan=float("inf"))
+    ratio = delta / (KV_ABSOLUTE_LIMIT + rtol * scale)
+    per_position = ratio.amax(dim=(0, 1, 3))
+    index = int(per_position.argmax())
+    column = ratio[:, :, index, :]
+    row, rest = divmod(int(column.argmax()), column.shape[1] * column.shape[2])
+    head, dim = divmod(rest, column.shape[2])
+    over = (per_position > 1).nonzero()
+    element_scale = float(scale[0, head, 0, dim])
+    return KVDelta(layer, offset + index, name, float(delta[row, head, index, dim]), KV_ABSOLUTE_LIMIT + rtol * element_scale,
+                   element_scale, head, dim, offset + int(over[0]) if len(over) else None)
 
 
 def locate_divergence(pairs: list[LayerPair], valid_length: int, preallocated: bool = False) -> Divergence | None:
@@ -135,14 +160,18 @@ def _columns(tensor: torch.Tensor, limit: int | None) -> torch.Tensor:
     return (tensor if limit is None else tensor[..., :limit, :]).float()
 
 
-def _limit(reference: torch.Tensor, dtype: torch.dtype) -> float:
-    """``atol + rtol(dtype) × max|reference|`` of one layer's keys or values."""
-    scale = float(reference.abs().max()) if reference.numel() else 0.0
-    return KV_ABSOLUTE_LIMIT + KV_RELATIVE_LIMIT.get(dtype, 5e-2) * scale
+def _scales(reference: torch.Tensor) -> torch.Tensor:
+    """[1, H, 1, D]: max |reference| of each KV head's head dimension over the batch and the positions (NaN: 0)."""
+    return torch.nan_to_num(reference.abs().amax(dim=(0, 2), keepdim=True), nan=0.0)
 
 
-def _bad_positions(got: torch.Tensor, want: torch.Tensor, limit: float) -> torch.Tensor:
-    return ((got - want).abs().amax(dim=(0, 1, 3)) > limit).nonzero().flatten()
+def _limits(reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """[1, H, 1, D]: ``atol + rtol(dtype) × scale`` of each head dimension of one layer's keys or values."""
+    return KV_ABSOLUTE_LIMIT + kv_rtol(dtype) * _scales(reference)
+
+
+def _bad_positions(got: torch.Tensor, want: torch.Tensor, limits: torch.Tensor) -> torch.Tensor:
+    return ((got - want).abs() > limits).any(dim=3).any(dim=1).any(dim=0).nonzero().flatten()
 
 
 def _compare_tensor(
@@ -158,38 +187,43 @@ def _compare_tensor(
             layer, None, name, kind,
             f"decoded cache stores {got.shape[-2]} positions where the layer must keep {want.shape[-2]} (of a fresh pass)",
         )
-    limit = _limit(want, decoded.dtype)
-    bad = _bad_positions(got, want, limit)
+    limits = _limits(want, decoded.dtype)
+    bad = _bad_positions(got, want, limits)
     if not len(bad):
         return None
     index = int(bad[0])
     stored = got.shape[-2]
-    kind = _classify(got, want, index, limit)
+    kind = _classify(got, want, index, limits)
     if other is not None and kind.startswith("values differ"):
         other_got, other_want = _columns(other[0], compared), _columns(other[1], compared)
-        if other_got.shape == other_want.shape and index not in _bad_positions(other_got, other_want, _limit(other_want, other[0].dtype)):
+        if other_got.shape == other_want.shape and index not in _bad_positions(other_got, other_want, _limits(other_want, other[0].dtype)):
             kind = "keys differ while values agree: the token was encoded at the wrong (rotary) position"
-    delta = float((got[..., index, :] - want[..., index, :]).abs().max())
-    detail = f"max |Δ| {delta:.3g} > {limit:.3g} ({len(bad)} of {stored} stored positions differ)"
+    worst = _worst_element(layer, name, _column(got, index), _column(want, index), _scales(want), kv_rtol(decoded.dtype), 0)
+    detail = (f"max |Δ| {worst.delta:.3g} > {worst.limit:.3g} at KV head {worst.head}, dim {worst.dim} "
+              f"({len(bad)} of {stored} stored positions differ)")
     return Divergence(layer, valid_length - stored + index, name, kind, detail)
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, limit: float) -> bool:
-    return bool((a - b).abs().max() <= limit)
+def _column(tensor: torch.Tensor, index: int) -> torch.Tensor:
+    return tensor[..., index : index + 1, :]
 
 
-def _classify(got: torch.Tensor, want: torch.Tensor, index: int, limit: float) -> str:
-    """How the first bad column went wrong, judged from its neighbours."""
-    column, last = got[..., index, :], want.shape[-2] - 1
-    appears_later = index < last and _close(got[..., index + 1, :], want[..., index, :], limit)
+def _close(a: torch.Tensor, b: torch.Tensor, limits: torch.Tensor) -> bool:
+    return bool(((a - b).abs() <= limits).all())
+
+
+def _classify(got: torch.Tensor, want: torch.Tensor, index: int, limits: torch.Tensor) -> str:
+    """How the first bad column went wrong, judged from its neighbours (each head dimension within its own limit)."""
+    column, last = _column(got, index), want.shape[-2] - 1
+    appears_later = index < last and _close(_column(got, index + 1), _column(want, index), limits)
     if not bool(column.abs().max() > 0):
         if appears_later:
             return "written one position late: the token's slot is zero and its K/V sits in the next slot"
         return "zero column stored in place of the token's K/V"
     if appears_later:
         return "written one position late: the token's K/V sits in the next slot"
-    if index > 0 and _close(column, got[..., index - 1, :], limit):
+    if index > 0 and _close(column, _column(got, index - 1), limits):
         return "stale: the slot repeats the column before it instead of the token's K/V"
-    if index < last and _close(column, want[..., index + 1, :], limit):
+    if index < last and _close(column, _column(want, index + 1), limits):
         return "shifted: holds the next position's K/V (written one position early)"
     return "values differ (positions or projections disagree)"
