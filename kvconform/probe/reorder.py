@@ -61,9 +61,9 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
         by_hand, _ = forward_keeping_cache(model, keyword, design_cache(model, int_cache_config(model.config, plan.cache)),
                                            input_ids=sequence[:, :prompt_length], **keep_logits(model, 1))
         by_hand.reorder_cache(order)
-    api, before = ApiRecord(), layer_tensors(cache)
-    cache.reorder_cache(torch.arange(batch, device=sequence.device))
-    change = first_change(before, layer_tensors(cache))
+    api, before, identity = ApiRecord(), layer_tensors(cache), torch.arange(batch, device=sequence.device)
+    cache.reorder_cache(identity)
+    change = first_change(before, _without_deferred_identity(layer_tensors(cache), before, identity))
     if change:
         api.problems.append(f"reorder_cache(identity {list(range(batch))}) changed the prefilled cache: {change}")
     cache.reorder_cache(order)
@@ -101,3 +101,12 @@ def _rows_moved(cache: Any, order: torch.Tensor) -> Any:
         for name, value in vars(layer).items():
             setattr(layer, name, moved(value))
     return cache
+
+
+def _without_deferred_identity(after: list[dict[str, torch.Tensor]], before: list[dict[str, torch.Tensor]],
+                               identity: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+    """``after`` without a ``_pending_beam_idx`` the reorder added that holds the identity: an integer-quantized layer
+    defers the move of its quantized part to its next dequantization (``QuantizedLayer.reorder_cache``)."""
+    return [{name: tensor for name, tensor in new.items()
+             if not (name == "_pending_beam_idx" and name not in old and torch.equal(tensor.to(identity.device), identity))}
+            for new, old in zip(after, before, strict=False)]
