@@ -214,12 +214,13 @@ PATH_FAULTS = {
     # Only a prompt shorter than the window decodes into a sliding layer that is not yet full.
     "dynamic_window_stale_before_full": (MISTRAL, "dynamic", "sdpa", "window",
                                          "prompt 2 (shorter than window 4): cached logits leave the uncached reference from "
-                                         "decode step 1", {"window"}),
+                                         "decode step 1", {"window", "assisted"}),
     "static_window_late_before_full": (MISTRAL, "static", "sdpa", "window",
                                        "prompt 2 (shorter than window 4): cached logits leave the uncached reference from "
                                        "decode step 1", {"window"}),
     # The crop path crops by 0 after every decode step (as assisted decoding does), so its decode fails too.
-    "crop_zero_empties": (LLAMA, "dynamic", "sdpa", "crop", "crop(0) changed get_seq_length() from 9 to 0", {"crop"}),
+    "crop_zero_empties": (LLAMA, "dynamic", "sdpa", "crop", "crop(0) changed get_seq_length() from 9 to 0",
+                          {"crop", "assisted"}),
     "static_reorder_reverses_rows": (LLAMA, "static", "sdpa", "reorder",
                                      "reorder_cache(identity [0, 1]) changed the prefilled cache: layer 0 (keys): values changed",
                                      {"reorder"}),
@@ -342,11 +343,11 @@ def test_generate_calls_through_one_model_leave_no_state(runner, cache):
 def test_a_cache_kept_between_generate_calls_fails_between_calls(runner):
     """Planted: generate() hands its previous cache, not reset, to the next greedy call of the same batch size. The next
     call (the first after the generate check's) gets 14 stale tokens and so little of its prompt is fed that the model
-    raises: between_calls names that call (the left-padded generate() check's call meets it too); the decode loop,
-    crop, beam search (another batch size) and the generate check's first call do not."""
+    raises: between_calls names that call (the left-padded generate() check's and assisted decoding's calls meet it
+    too); the decode loop, crop, beam search (another batch size) and the generate check's first call do not."""
     with planted("generate_reuses_cache"):
         results = run_checks(runner, LLAMA)
-    assert _failed(results).keys() == {"between_calls", "padded_generate"}, _failed(results)
+    assert _failed(results).keys() == {"between_calls", "padded_generate", "assisted"}, _failed(results)
     message = results["between_calls"].message
     assert message.startswith("generate() of 4 tokens (to be continued) raised RuntimeError"), message
 

@@ -258,7 +258,7 @@ def test_report_write_failure_at_the_end_keeps_results_summary_and_fails(tmp_pat
     assert errors == [f"kvconform: error: could not write the reports to {workdir / 'reports'} (FileExistsError: "
                       f"File exists: {workdir / 'reports'}); the results are saved in {fallback} (render them: "
                       f"python tools/render_report.py {fallback} --out DIR)"], run.out[-4000:]
-    assert re.fullmatch(r"=+ 6 passed, 27 deselected in [\d.]+s =+", run.out.splitlines()[-1]), run.out[-1000:]
+    assert re.fullmatch(r"=+ 7 passed, 32 deselected(, \d+ warnings?)? in [\d.]+s =+", run.out.splitlines()[-1]), run.out[-1000:]
     assert {(row["cell_id"], row["outcome"]) for row in load_document(fallback)["results"]} == {(GREEN_CELL, "pass")}
 
 
@@ -325,7 +325,7 @@ def pytest_runtest_call(item):
 
 @pytest.fixture
 def sigint_run(inner: Inner, shared_runs: SharedRuns) -> Run:
-    """main.yaml in a real process that gets SIGINT after both llama-gqa cells (10 checks) finished."""
+    """main.yaml in a real process that gets SIGINT after both llama-gqa cells (14 checks) finished."""
     return shared_runs.get("sigint", lambda: inner.process(inner.suite("sigint", extra_conftest=SIGINT_HOOK),
                                                            "--matrix", "matrix.yaml"))
 
@@ -333,26 +333,26 @@ def sigint_run(inner: Inner, shared_runs: SharedRuns) -> Run:
 def test_interrupted_run_says_so_in_json_markdown_and_html(sigint_run: Run) -> None:
     assert sigint_run.ret == int(pytest.ExitCode.INTERRUPTED), sigint_run.output[-4000:]
     doc = sigint_run.doc()
-    assert doc["run"] == {"complete": False, "stopped": "interrupted (Ctrl-C or pytest.exit)", "planned": 24,
-                          "never_ran": 12, "cells_never_ran": 2, "shard": None, "empty_shard": False}
-    assert len(doc["results"]) == 12
-    banner = ("Incomplete run: interrupted (Ctrl-C or pytest.exit); 12 of 24 planned checks never ran (2 cells); "
+    assert doc["run"] == {"complete": False, "stopped": "interrupted (Ctrl-C or pytest.exit)", "planned": 28,
+                          "never_ran": 14, "cells_never_ran": 2, "shard": None, "empty_shard": False}
+    assert len(doc["results"]) == 14
+    banner = ("Incomplete run: interrupted (Ctrl-C or pytest.exit); 14 of 28 planned checks never ran (2 cells); "
               "the totals below count only the checks that finished.")
     markdown = (sigint_run.report_dir / "conformance.md").read_text()
     assert markdown.splitlines()[2] == f"> ⚠️ **{banner}**"  # first, above the verdict of what finished
-    assert ("12 passed, 0 failed, 0 xfailed, 0 xpassed, 0 errored, 0 crashed, 0 not run (2 cells ran); "
-            "12 planned checks never ran") in markdown
+    assert ("14 passed, 0 failed, 0 xfailed, 0 xpassed, 0 errored, 0 crashed, 0 not run (2 cells ran); "
+            "14 planned checks never ran") in markdown
     assert f'<div class="banner warn">{banner}</div>' in (sigint_run.report_dir / "conformance.html").read_text()
     [stopped] = ET.parse(sigint_run.report_dir / "conformance.junit.xml").getroot().iter("error")  # red in a CI test view
     assert (stopped.get("type"), stopped.get("message")) == (
-        "incomplete", "incomplete run: interrupted (Ctrl-C or pytest.exit); 12 of 24 planned checks never ran (2 cells)")
-    assert "kvconform: incomplete run: interrupted (Ctrl-C or pytest.exit); 12 of 24 planned checks never ran (2 cells)" in sigint_run.out
+        "incomplete", "incomplete run: interrupted (Ctrl-C or pytest.exit); 14 of 28 planned checks never ran (2 cells)")
+    assert "kvconform: incomplete run: interrupted (Ctrl-C or pytest.exit); 14 of 28 planned checks never ran (2 cells)" in sigint_run.out
 
 
 def test_complete_run_is_marked_complete(inner: Inner) -> None:
     run = inner.run(inner.suite(), "--matrix", str(DATA / "main.yaml"), *GREEN)
     assert run.ret == 0, run.output[-4000:]
-    assert run.doc()["run"] == {"complete": True, "stopped": None, "planned": 6, "never_ran": 0, "cells_never_ran": 0,
+    assert run.doc()["run"] == {"complete": True, "stopped": None, "planned": 7, "never_ran": 0, "cells_never_ran": 0,
                                 "shard": None, "empty_shard": False}
     assert "Incomplete" not in (run.report_dir / "conformance.md").read_text()
 
@@ -361,8 +361,8 @@ def test_run_stopped_by_exitfirst_is_marked_incomplete(inner: Inner) -> None:
     """-x stops at broken-llama's first error: its other 5 checks never run."""
     run = inner.run(inner.suite(), "--matrix", "matrix.yaml", "-q", "-x")
     assert run.ret == 1, run.output[-4000:]
-    assert run.doc()["run"] == {"complete": False, "stopped": "stopped early (stopping after 1 failures)", "planned": 24,
-                                "never_ran": 5, "cells_never_ran": 1, "shard": None, "empty_shard": False}
+    assert run.doc()["run"] == {"complete": False, "stopped": "stopped early (stopping after 1 failures)", "planned": 28,
+                                "never_ran": 6, "cells_never_ran": 1, "shard": None, "empty_shard": False}
 
 
 def test_diff_against_an_interrupted_report_exits_1(sigint_run: Run, inner: Inner) -> None:
@@ -373,8 +373,8 @@ def test_diff_against_an_interrupted_report_exits_1(sigint_run: Run, inner: Inne
     proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1] == (
-        "REGRESSED: 6 missing (passed in base), the new report is an incomplete run: interrupted (Ctrl-C or "
-        "pytest.exit); 12 of 24 planned checks never ran (2 cells) (factor 2, margin 0.5).")
+        "REGRESSED: 7 missing (passed in base), the new report is an incomplete run: interrupted (Ctrl-C or "
+        "pytest.exit); 14 of 28 planned checks never ran (2 cells) (factor 2, margin 0.5).")
     assert subprocess.run([*command, "--allow-missing"], capture_output=True, timeout=60).returncode == 1  # cut short
 
 

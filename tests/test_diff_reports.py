@@ -386,7 +386,7 @@ def test_cells_the_new_release_did_not_plan_are_information(tmp_path: Path, atte
     assert missing[("codegen[float32-cpu-dynamic-eager]", "beam")] == f"the cell runs, but {CHECKS['beam'].scope()}"
     # And so do the reuse paths (generate here).
     assert missing[("codegen[float32-cpu-dynamic-eager]", "generate")] == f"the cell runs, but {CHECKS['generate'].scope()}"
-    assert len(missing) == 7 and not diff["lost"] and regressions(diff) == 0
+    assert len(missing) == 8 and not diff["lost"] and regressions(diff) == 0  # and between_calls
     proc = run_tool(tmp_path, base, new)
     assert proc.returncode == 0, proc.stdout
     assert ("5 not planned by the new run (transformers 5.24.0): variant cells (a cache other than dynamic, or an "
@@ -439,7 +439,7 @@ def test_a_cut_short_run_is_reported_as_such(tmp_path: Path, attention_change: A
             "the new report is an incomplete run: interrupted (Ctrl-C or pytest.exit); 9 of 30 planned checks never "
             "ran (2 cells) (factor 2, margin 0.5).")
     assert run_tool(tmp_path, base, new).stdout.splitlines()[-1].startswith(
-        "REGRESSED: 18 missing (passed in base), the new report is an incomplete run: ")
+        "REGRESSED: 19 missing (passed in base), the new report is an incomplete run: ")
 
 
 def test_checks_transformers_cannot_run_and_excluded_models_are_information(attention_change: Any) -> None:
@@ -455,7 +455,7 @@ def test_checks_transformers_cannot_run_and_excluded_models_are_information(atte
     diff = diff_documents(base, new)
     reasons = Counter(e["reason"] for e in diff["not_planned"])
     assert reasons[reason] == 1
-    assert reasons["excluded from the new run's matrix: needs a GPU"] == 18
+    assert reasons["excluded from the new run's matrix: needs a GPU"] == 19
     assert regressions(diff) == 0
 
 
@@ -466,8 +466,8 @@ def test_missing_results_fold_into_a_bounded_number_of_lines(attention_change: A
                                      for n, r in enumerate(base["results"])]
     text = render_diff_text(diff_documents(base, new))
     lines = text.splitlines()
-    assert len(base["results"]) == 30 and len(lines) == 13, text  # table, 8 reasons, the rest, verdict
-    assert lines[-3] == "… 22 more missing results under 22 more reasons"
+    assert len(base["results"]) == 32 and len(lines) == 13, text  # table, 8 reasons, the rest, verdict
+    assert lines[-3] == "… 24 more missing results under 24 more reasons"
 
 
 def test_shard_plans_merge_into_the_whole_run(attention_change: Any) -> None:
