@@ -319,6 +319,9 @@ def pytest_runtest_call(item):
     import signal
 
     if item.name == {INTERRUPT_TEST!r}:
+        # A user's shell delivers Ctrl-C to a default handler; a parent that ignores SIGINT (an xdist worker after
+        # some tests) would pass SIG_IGN on to this process, and Python then installs no KeyboardInterrupt handler.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         os.kill(os.getpid(), signal.SIGINT)
 '''
 
