@@ -108,9 +108,7 @@ def test_padded_generate(cell, outcome, verdict):
 @pytest.mark.kvconform_check("assisted")
 def test_assisted(cell, outcome, verdict):
     """Assisted generate() (an assistant model, prompt lookup) returns greedy's tokens, its logits those of one uncached pass."""
-    assisted = outcome.record.extras.get("assisted") if outcome.record is not None else None
-    if assisted is not None and assisted.not_applicable:
-        pytest.skip(f"not applicable: {assisted.not_applicable}")
+    _skip_extra_not_applicable(outcome, "assisted")
     verdict(run("assisted", cell, outcome))
 
 
@@ -123,9 +121,7 @@ def test_between_calls(cell, outcome, verdict):
 @pytest.mark.kvconform_check("attn_agreement")
 def test_attn_agreement(cell, outcome, verdict):
     """The cell's attention implementation and the model's default agree on uncached logits (float32)."""
-    agreement = outcome.record.extras.get("attn_agreement")
-    if agreement is not None and agreement.not_applicable:
-        pytest.skip(f"not applicable: {agreement.not_applicable}")
+    _skip_extra_not_applicable(outcome, "attn_agreement")
     verdict(run("attn_agreement", cell, outcome))
 
 
@@ -133,6 +129,13 @@ def test_attn_agreement(cell, outcome, verdict):
 def test_quantized_kv(cell, outcome, verdict):
     """The fp8 cache stores what its documented design stores (frozen scale, float8 round trip of every value)."""
     verdict(run("quantized_kv", cell, outcome))
+
+
+def _skip_extra_not_applicable(outcome: CellOutcome, name: str) -> None:
+    """Skip with the reason when the record the runner added beside the probe's (``extras[name]``) is not applicable."""
+    extra = outcome.record.extras.get(name) if outcome.record is not None else None
+    if extra is not None and extra.not_applicable:
+        pytest.skip(f"not applicable: {extra.not_applicable}")
 
 
 def _skip_not_applicable(outcome: CellOutcome, name: str) -> None:
