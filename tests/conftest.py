@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from kvconform.matrix import Tolerance
 from kvconform.probe.decode import ProbePlan, run_probe
 from kvconform.results import CheckResult
 from tests.inner import Inner, SharedRuns
+from tests.warm_python import WarmPython
 
 #: The default matrix's tolerances (kept equal to model_matrix.yaml by test_matrix).
 TOLERANCES = {
@@ -54,6 +56,14 @@ def llama() -> torch.nn.Module:
 def mistral() -> torch.nn.Module:
     """Every layer slides with a window of 4, so a 6-token prompt already crosses it."""
     return tiny("mistral", sliding_window=4)
+
+
+@pytest.fixture(scope="session")
+def warm_python() -> Iterator[WarmPython]:
+    """Standalone scripts run as ``python SCRIPT`` would, without paying torch's and transformers' imports each time."""
+    server = WarmPython()
+    yield server
+    server.close()
 
 
 @pytest.fixture(scope="session")

@@ -9,14 +9,14 @@ machine (its run is skipped with the script's own words, e.g. a compiler fault o
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
+
+from tests.warm_python import WarmPython
 
 ROOT = Path(__file__).resolve().parents[1]
 REPROS = ROOT / "tools" / "repros"
@@ -49,17 +49,16 @@ def test_every_cited_repro_exists_and_every_repro_is_cited() -> None:
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_repro_shows_its_bug_without_kvconform(script: str) -> None:
+def test_repro_shows_its_bug_without_kvconform(warm_python: WarmPython, script: str) -> None:
     """The script imports torch and transformers only; exit 1 without a traceback = the bug (or the design finding)
-    is there (a script that crashes proves nothing)."""
+    is there (a script that crashes proves nothing). It runs as ``python script`` would (tests/warm_python.py)."""
     source = (REPROS / script).read_text(encoding="utf-8")
     assert not re.search(r"^\s*(from|import) kvconform", source, re.MULTILINE), f"{script} imports kvconform"
     releases = declared_releases(source)
     installed = metadata.version("transformers")
     if releases is not None and Version(installed) not in releases:
         pytest.skip(f"{script} shows a bug of transformers {releases} only; installed {installed}")
-    done = subprocess.run([sys.executable, str(REPROS / script)], capture_output=True, text=True, cwd=REPROS,
-                          timeout=600)
+    done = warm_python.run(REPROS / script, REPROS, timeout=600)
     assert "Traceback (most recent call last)" not in done.stderr, f"{script} crashed:\n{done.stderr[-2000:]}"
     if done.returncode == CANNOT_SHOW:
         pytest.skip(f"{script}: {done.stdout.strip().splitlines()[-1]}")
