@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from importlib import metadata
 from typing import Any
 
@@ -47,6 +48,7 @@ class ExpectedFailure(Exception):
     """Raised by a check whose failure is the one its known-failure entry expects (pytest counts it as xfail)."""
 
 
+@cache
 def installed_transformers() -> str:
     """The installed transformers version (without importing it)."""
     return metadata.version("transformers")

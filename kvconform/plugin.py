@@ -41,7 +41,7 @@ class KvconformState:
     def __init__(self, config: pytest.Config, matrix: Matrix) -> None:
         self.config = config
         self.matrix = matrix
-        from kvconform.build.support import model_attention
+        from kvconform.build.model_types import model_attention
 
         self.cells, self.unplanned = plan_cells(matrix, model_attention)
         self.cells_by_id = {cell.id: cell for cell in self.cells}
@@ -137,7 +137,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if not is_conformance_run(config):
         return  # installed (pytest11), in another project's run: every hook below finds no state and does nothing
     quiet_torch_trace()
-    isolate_inductor_cache()
+    if not _runs_no_tests(config):  # an xdist controller starts its workers without importing torch
+        isolate_inductor_cache()
     state = KvconformState(config, _matrix_or_usage_error(config))
     config.stash[STATE] = state
     if not state.is_worker:
@@ -150,6 +151,11 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(state.progress, "kvconform-progress")
     if hasattr(config, "workerinput"):
         _share_cores(int(config.workerinput.get("workercount", 1)))
+
+
+def _runs_no_tests(config: pytest.Config) -> bool:
+    """An xdist controller: its workers run the tests."""
+    return not hasattr(config, "workerinput") and getattr(config.option, "dist", "no") != "no"
 
 
 def _matrix_or_usage_error(config: pytest.Config) -> Matrix:
@@ -202,7 +208,7 @@ def _share_cores(workers: int) -> None:
 def resolve_matrix(config: pytest.Config) -> Matrix:
     """The matrix file, narrowed by --model/--dtype/--device/--cache/--shard (each option checked first)."""
     from kvconform.build.architecture_table import load_architecture_table
-    from kvconform.build.synthetic import causal_lm_model_types
+    from kvconform.build.model_types import causal_lm_model_types
     from kvconform.cli_models import specs_from_cli
     from kvconform.families.registry import sweep_types
     from kvconform.options import NARROWING, check_choices, narrow, parse_shard

@@ -1,25 +1,33 @@
-"""Fixtures shared by the conformance suites: one probe record per cell, verdicts into reports."""
+"""Fixtures shared by the conformance suites: one probe record per cell, verdicts into reports.
+
+The runner (torch, transformers' cache classes) is imported by the first cell a process runs: an xdist controller
+runs none, so it starts its workers without paying those imports.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from kvconform.build.models import ModelRefused, ModelUnavailable
 from kvconform.cells import Cell
 from kvconform.families import half
 from kvconform.known_failures import ExpectedFailure, known_failure
 from kvconform.plugin import MODEL_KEY, RESULT_KEY, STATE, TIMING_KEY
 from kvconform.results import CheckResult
-from kvconform.runner import CellOutcome, CellRunner
+
+if TYPE_CHECKING:
+    from kvconform.runner import CellOutcome
 
 
 @pytest.fixture
 def outcome(cell: Cell, request: pytest.FixtureRequest) -> CellOutcome:
     """The cell's probe record (run once per cell per worker); a model that can't run fails its cells."""
+    from kvconform.build.models import ModelRefused, ModelUnavailable
+    from kvconform.runner import CellRunner
+
     state = request.config.stash[STATE]
     if state.runner is None:
         state.runner = CellRunner()
@@ -51,6 +59,8 @@ def outcome(cell: Cell, request: pytest.FixtureRequest) -> CellOutcome:
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """A cell whose cache path raised fails each of its checks (a FAIL, not a setup error) with the path's message."""
+    from kvconform.runner import CellOutcome
+
     result = pyfuncitem.funcargs.get("outcome")
     if isinstance(result, CellOutcome) and result.path_failure is not None:
         _fail(pyfuncitem.funcargs["cell"], _check_name(pyfuncitem), result.path_failure)

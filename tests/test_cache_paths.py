@@ -301,7 +301,7 @@ def test_attn_agreement_never_compares_an_attention_with_itself(tmp_path) -> Non
     """gemma2 has no sdpa: a gemma2 checkpoint's eager cells are its default path (no agreement cell is planned),
     and where the loaded model runs the cell's attention already, the agreement records why it compared nothing.
     A llama checkpoint (sdpa by default) keeps its eager-vs-sdpa agreement."""
-    from kvconform.build.support import model_attention
+    from kvconform.build.model_types import model_attention
     from kvconform.cells import check_applies, expand_cells
     from kvconform.checks import path_checks
     from kvconform.cli_models import spec_from_argument

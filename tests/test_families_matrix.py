@@ -110,7 +110,7 @@ def test_a_checkpoint_config_names_its_family(config: dict, family: str) -> None
 
 def test_the_default_matrix_runs_or_excludes_every_family_type() -> None:
     from kvconform.build.architecture_table import load_architecture_table
-    from kvconform.build.synthetic import causal_lm_model_types
+    from kvconform.build.model_types import causal_lm_model_types
     from kvconform.families import ID_SUFFIX
     from kvconform.families.registry import family_model_types
     from kvconform.matrix import load_matrix

@@ -256,8 +256,8 @@ def gemma3():
     from pathlib import Path
 
     from kvconform.build.architecture_table import load_architecture_table
+    from kvconform.build.model_types import causal_lm_model_types
     from kvconform.build.models import load_master
-    from kvconform.build.synthetic import causal_lm_model_types
     from kvconform.matrix import load_matrix
 
     matrix = load_matrix(Path(__file__).resolve().parents[1] / "model_matrix.yaml", known_model_types=causal_lm_model_types,

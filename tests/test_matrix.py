@@ -325,7 +325,7 @@ def test_load_matrix_reads_the_test_matrix() -> None:
 
 def test_the_default_matrix_is_valid_and_matches_the_self_test_tolerances() -> None:
     from kvconform.build.architecture_table import load_architecture_table
-    from kvconform.build.synthetic import causal_lm_model_types
+    from kvconform.build.model_types import causal_lm_model_types
 
     path = REPO / "model_matrix.yaml"
     matrix = load_matrix(path, known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1])

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from kvconform.build.architecture_table import load_architecture_table
-from kvconform.build.synthetic import build_synthetic, causal_lm_model_types, shrink_config
+from kvconform.build.model_types import causal_lm_model_types
+from kvconform.build.synthetic import build_synthetic, shrink_config
 
 
 def test_model_types_are_sorted_and_cover_common_architectures() -> None:

@@ -29,8 +29,8 @@ import torch  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
 from kvconform.build.architecture_table import load_architecture_table  # noqa: E402
+from kvconform.build.model_types import causal_lm_model_types  # noqa: E402
 from kvconform.build.models import load_master  # noqa: E402
-from kvconform.build.synthetic import causal_lm_model_types  # noqa: E402
 from kvconform.cache_root import CACHE_DIR_ENV  # noqa: E402
 from kvconform.cells import Cell  # noqa: E402
 from kvconform.checks import record_checks as checks  # noqa: E402

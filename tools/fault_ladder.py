@@ -31,8 +31,8 @@ from transformers.cache_utils import Cache, DynamicLayer  # noqa: E402
 
 from kvconform.build.architecture_table import load_architecture_table  # noqa: E402
 from kvconform.build.geometry import cache_geometry, explain  # noqa: E402
+from kvconform.build.model_types import causal_lm_model_types  # noqa: E402
 from kvconform.build.models import load_master, model_in_dtype  # noqa: E402
-from kvconform.build.synthetic import causal_lm_model_types  # noqa: E402
 from kvconform.checks import record_checks as checks  # noqa: E402
 from kvconform.matrix import Settings, Tolerance, load_matrix  # noqa: E402
 from kvconform.probe.decode import ProbePlan, run_probe  # noqa: E402

@@ -24,9 +24,9 @@ import torch  # noqa: E402
 
 from kvconform.build.architecture_table import load_architecture_table  # noqa: E402
 from kvconform.build.geometry import cache_geometry, explain  # noqa: E402
+from kvconform.build.model_types import causal_lm_model_types  # noqa: E402
 from kvconform.build.models import load_master, model_in_dtype  # noqa: E402
 from kvconform.build.support import attention_model  # noqa: E402
-from kvconform.build.synthetic import causal_lm_model_types  # noqa: E402
 from kvconform.checks import record_checks as checks  # noqa: E402
 from kvconform.matrix import Settings, load_matrix  # noqa: E402
 from kvconform.probe.cache_io import keep_logits, make_prompt  # noqa: E402

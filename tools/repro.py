@@ -33,8 +33,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from kvconform.build.architecture_table import load_architecture_table
-    from kvconform.build.support import model_attention
-    from kvconform.build.synthetic import causal_lm_model_types
+    from kvconform.build.model_types import causal_lm_model_types, model_attention
     from kvconform.cells import expand_cells
     from kvconform.matrix import MatrixError, load_matrix
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import copy
 import math
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from kvconform.build.geometry import cache_geometry
+from kvconform.build.model_types import model_class
 from kvconform.build.models import Model
 from kvconform.matrix import INT_QUANTIZED, QUANTIZED, ModelSpec, missing_backend
 
@@ -53,42 +53,10 @@ def quantized_cache(config: Any, kind: str) -> Any:
     return QuantizedCache(config=config, **int_cache_config(config, kind))
 
 
-def model_class(model_type: str) -> Any:
-    """The causal-LM class transformers maps ``model_type`` to (imports only that modeling module)."""
-    import transformers
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
 
 
-def model_attention(spec: ModelSpec) -> str:
-    """The attention a matrix entry runs by default: eager for classes without sdpa, else sdpa.
-
-    A checkpoint folder is read by the ``model_type`` of its config.json (remote code, hub ids and GGUF files are
-    decided when loaded: ``attention_support``, and ``run_agreement`` never compares an attention with itself).
-    """
-    model_type = spec.model_type or _checkpoint_model_type(spec)
-    if model_type is None:
-        return "sdpa"
-    return "sdpa" if model_class(model_type)._supports_sdpa else "eager"
 
 
-def _checkpoint_model_type(spec: ModelSpec) -> str | None:
-    """A local checkpoint's transformers ``model_type`` (``None`` for remote code or a type transformers lacks)."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    from kvconform.build.checkpoint_files import CheckpointFileError, read_config
-
-    if spec.source != "checkpoint":
-        return None
-    try:
-        config = read_config(Path(spec.location))
-    except CheckpointFileError:
-        return None
-    model_type = config.get("model_type")
-    if "auto_map" in config or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        return None
-    return str(model_type)
 
 
 def attention_support(cls: Any, attn: str) -> str | None:

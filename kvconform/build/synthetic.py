@@ -17,10 +17,10 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
 from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING,
-    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
 )
 
 from kvconform.build.architecture_table import architecture_table, load_architecture_table
+from kvconform.build.model_types import causal_lm_model_types
 from kvconform.compat import cpu_kernel_overrides
 
 VOCAB_SIZE = 256
@@ -133,9 +133,6 @@ LAYER_FIELDS = (
 )
 
 
-def causal_lm_model_types() -> list[str]:
-    """Sorted model types that ``AutoModelForCausalLM`` maps in the installed transformers."""
-    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
 def _check_model_type(model_type: str) -> None:

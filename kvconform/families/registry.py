@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
+from kvconform.transformers_memo import remembered
 
 
 @lru_cache(maxsize=1)
@@ -90,6 +91,14 @@ def image_encoder_decoder_types() -> frozenset[str]:
 def _is_encoder_decoder(model_type: str) -> bool | None:
     """Whether the type's default config is an encoder-decoder; built quietly (a default config's warnings, e.g.
     cohere_compass's "no RoPE parameters", are not the run's)."""
+    # configuration_auto defines it before 5.6 and re-exports it from auto_mappings from 5.6 on.
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # type: ignore[attr-defined]
+
+    return remembered("is-encoder-decoder", CONFIG_MAPPING_NAMES.get(model_type, model_type),
+                      lambda: _default_config_is_encoder_decoder(model_type))
+
+
+def _default_config_is_encoder_decoder(model_type: str) -> bool | None:
     from transformers import AutoConfig
     from transformers.utils import logging
 
