@@ -73,6 +73,8 @@ def cache_axes(spec: ModelSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
 #: Why a cell of the matrix axes is not planned (``plan.unplanned`` of a report; plain text a diff can group).
 NO_SDPA = "the model has no sdpa attention in this release: its eager cells are its default path"
 QUANTIZED_ONE_ATTENTION = "the quantized cache runs with the model's default attention only"
+STATIC_ONE_ATTENTION = ("the static cache runs with the model's default attention only (on 5.24 each of 163 static cells "
+                        "under another attention gave its default-attention cell's verdict on every check: docs/performance.md)")
 VARIANT_DTYPES = ("variant cells (a cache other than dynamic, or an attention other than the model's default) "
                   "run in variant_dtypes {dtypes} only")
 
@@ -95,6 +97,8 @@ def _candidates(spec: ModelSpec, model_attn: str) -> list[tuple[Cell, str | None
                     elif cache in QUANTIZED_KINDS and attn != model_attn:
                         # A quantized layer hands dequantized K/V to whatever attention runs: one attention suffices.
                         reason = QUANTIZED_ONE_ATTENTION
+                    elif cache == "static" and attn != model_attn:
+                        reason = STATIC_ONE_ATTENTION
                     elif cell.is_variant and settings.variant_dtypes is not None and dtype not in settings.variant_dtypes:
                         reason = VARIANT_DTYPES.format(dtypes=list(settings.variant_dtypes))
                     else:

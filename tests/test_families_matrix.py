@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kvconform.cells import check_applies, expand_cells
+from kvconform.cells import QUANTIZED_ONE_ATTENTION, STATIC_ONE_ATTENTION, check_applies, expand_cells, plan_cells
 from kvconform.families import CROSS_HALF, SELF_HALF, half
 from kvconform.families.registry import family_of_config, sweep_types
 from kvconform.matrix import MatrixError, parse_matrix
@@ -133,5 +133,8 @@ def test_family_cells_run_the_dynamic_cache_with_their_own_attention_only() -> N
     for cell in expand_cells(matrix):
         paths.setdefault(cell.spec.id, set()).add((cell.cache, cell.attn))
     assert paths["bart-s2s"] == paths["t5-s2s"] == {("dynamic", "sdpa")}
-    assert paths["llama"] == {("dynamic", "sdpa"), ("dynamic", "eager"), ("static", "sdpa"), ("static", "eager"),
-                              ("quantized", "sdpa")}
+    assert paths["llama"] == {("dynamic", "sdpa"), ("dynamic", "eager"), ("static", "sdpa"), ("quantized", "sdpa")}
+    # Another attention runs on the dynamic cache only; the report's plan says why the other caches have none.
+    left_out = {(cell.cache, cell.attn): reason for cell, reason in plan_cells(matrix)[1]
+                if cell.spec.id == "llama" and cell.dtype == "float32" and cell.device == "cpu"}
+    assert left_out == {("static", "eager"): STATIC_ONE_ATTENTION, ("quantized", "eager"): QUANTIZED_ONE_ATTENTION}
