@@ -422,13 +422,12 @@ def model_rows(doc: Doc) -> list[dict[str, Any]]:
     by_model: dict[str, list[dict[str, Any]]] = {}
     for result in sorted_results(doc):
         by_model.setdefault(result["model"], []).append(result)
-    rows = []
+    rows, names = [], check_names(doc)
     for model, results in sorted(by_model.items()):
-        checks = {}
-        for check in check_names(doc):
-            mine = [r for r in results if r["check"] == check]
-            if mine:
-                checks[check] = _check_summary(mine)
+        by_check: dict[str, list[dict[str, Any]]] = {}
+        for result in results:
+            by_check.setdefault(result["check"], []).append(result)
+        checks = {check: _check_summary(by_check[check]) for check in names if check in by_check}
         rows.append({"model": model, "label": model_label(model, info.get(model)),
                      "cells": len({r["cell_id"] for r in results}),
                      "outcome": worst_outcome([r["outcome"] for r in results]), "checks": checks})
