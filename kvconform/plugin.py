@@ -33,8 +33,6 @@ XFAIL_KIND_KEY = "kvconform_xfail_kind"
 #: How pytest's failure text of a strict xfail that passed begins.
 STRICT_XPASS = "[XPASS(strict)]"
 STATE = pytest.StashKey["KvconformState"]()
-#: How the xdist scheduler names a model's scope (all of its cells run on one worker).
-SCOPE_PREFIX = "kvconform:"
 
 
 class KvconformState:
@@ -359,29 +357,13 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     cells = config.stash[STATE].cells_by_id
-    sources = {cell.spec.id: cell.spec.source for cell in cells.values()}
-
-    def real_weights(scope: str) -> bool:
-        return sources.get(scope.removeprefix(SCOPE_PREFIX), "synthetic") != "synthetic"
 
     class ByModel(LoadScopeScheduling):  # type: ignore[misc]  # xdist ships no type information
-        """LoadScope with one scope per model, the real checkpoints' first (a cell of real weights costs 10-100 times a
-        shrunk one's: started last, one of them would leave the other workers idle at the end; xdist itself orders
-        scopes by their number of tests); a test that crashed its worker is reported, not re-run."""
-
-        ordered = False
+        """LoadScope with one scope per model; a test that crashed its worker is reported, not re-run."""
 
         def _split_scope(self, nodeid: str) -> str:
             parsed = _parse_nodeid(nodeid)
-            return f"{SCOPE_PREFIX}{cells[parsed[1]].spec.id}" if parsed and parsed[1] in cells else nodeid
-
-        def _assign_work_unit(self, node: Any) -> None:
-            if not self.ordered:  # the first assignment: the work queue is complete
-                self.ordered = True
-                units = sorted(self.workqueue.items(), key=lambda unit: (not real_weights(unit[0]), -len(unit[1])))
-                self.workqueue.clear()
-                self.workqueue.update(units)
-            super()._assign_work_unit(node)
+            return f"kvconform:{cells[parsed[1]].spec.id}" if parsed and parsed[1] in cells else nodeid
 
         def remove_node(self, node: Any) -> str | None:
             # LoadScope re-queues the crashing test with its scope, so a test that always crashes would
