@@ -329,11 +329,10 @@ def test_attn_agreement_never_compares_an_attention_with_itself(tmp_path) -> Non
     assert other.implementations == ("eager", "sdpa") and other.not_applicable is None and other.position_max_abs_delta
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "quantized"])
+@pytest.mark.parametrize("cache", ["dynamic", "static", "quantized"])
 def test_generate_calls_through_one_model_leave_no_state(runner, cache):
     """Healthy Llama: continued from its returned cache, a second padded prompt (dynamic); the same arguments twice,
-    the user's cache_config dict unchanged (quantized). Static cells run no between_calls (pruned: docs/cache-paths.md)."""
-    assert "between_calls" not in run_checks(runner, LLAMA, cache="static")
+    the user's cache_config dict unchanged (static, quantized)."""
     result = run_checks(runner, LLAMA, cache=cache)["between_calls"]
     assert result.passed, result.message
     expected = (["generate() of 4 tokens continued for 4", "a second prompt (seed + 1) with 3 extra masked pad columns"]
