@@ -594,6 +594,7 @@ def _nothing_checked(state: KvconformState) -> str | None:
             "a run that checks nothing is not a pass")
 
 
+@pytest.hookimpl(tryfirst=True)  # under xdist, before the controller waits for its workers to exit: they exit meanwhile
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = config.stash.get(STATE, None)
