@@ -95,6 +95,21 @@ class CheckResult:
     figure: Figure | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        """Plain builtin data: a tensor a check left in its details (``get_seq_length()`` returns one in some releases)
+        becomes its Python value, so the report (and xdist, which sends only builtins) can take it."""
+        data = plain(asdict(self))
         data["figure"] = self.figure.to_dict() if self.figure is not None else None
         return data
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every tensor-like (anything with ``tolist()``, such as a torch or numpy scalar or array) at any
+    depth replaced by its Python value."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(plain(item) for item in value)
+    tolist = getattr(value, "tolist", None)
+    return tolist() if callable(tolist) and not isinstance(value, (str, bytes)) else value

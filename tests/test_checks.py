@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 
 from kvconform.build.geometry import FULL, NO_KV, SLIDING, CacheGeometry, LayerGeometry
 from kvconform.checks import record_checks as checks
@@ -241,3 +242,17 @@ def test_assisted_tells_a_cache_fault_from_a_near_tie_and_from_greedy_itself():
     assert tie.passed and "[near tie] a random assistant" in tie.message, tie.message
     greedy = assisted(record(AssistedRun("self", [1, 9], [0.0, 1e-6], forwards[:2], margin_at_part=2.0), 1.5), tolerance)
     assert greedy.passed and "greedy left the reference" in greedy.message, greedy.message
+
+
+def test_a_result_carries_plain_data_even_when_a_check_left_a_tensor_in_it() -> None:
+    """On 5.14-5.17 ``get_seq_length()`` returns a tensor; a report (and xdist) takes builtins only."""
+    import json
+
+    from kvconform.results import CheckResult
+
+    result = CheckResult(name="growth", passed=True, message="ok", measured="1", limit="1",
+                         details={"lengths": [torch.tensor(6), torch.tensor(7)], "pair": (torch.tensor([1, 2]), "a")})
+    data = result.to_dict()
+    assert data["details"] == {"lengths": [6, 7], "pair": ([1, 2], "a")}
+    assert type(data["details"]["lengths"][0]) is int
+    json.dumps(data)
