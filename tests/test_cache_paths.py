@@ -360,3 +360,22 @@ def test_a_consumed_cache_config_dict_fails_between_calls(runner):
     assert _failed(results).keys() == {"between_calls"}, _failed(results)
     assert ("generate() changed the user's arguments: cache_implementation='quantized', cache_config={'backend': 'fp8'} "
             "came back as cache_implementation='quantized', cache_config={}") in results["between_calls"].message
+
+
+def test_a_rolled_window_that_refuses_its_crop_makes_assisted_not_applicable(monkeypatch) -> None:
+    """Up to 5.14 a sliding layer past its window refuses assisted decoding's crop in its own words: not applicable,
+    in those words (a release limitation users meet as that error), never a cache fault."""
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    from kvconform.probe.assisted import ROLLED_WINDOW, run_assisted
+    from kvconform.probe.decode import ProbePlan
+    from tests.conftest import tiny
+
+    def refuse(self, *args, **kwargs):
+        if self.cumulative_length > self.sliding_window:
+            raise ValueError(f"{ROLLED_WINDOW} sliding window (otherwise some states are lost)")
+
+    monkeypatch.setattr(DynamicSlidingWindowLayer, "crop", refuse)
+    plan = ProbePlan(batch_size=2, prompt_length=6, decode_steps=8, seed=0, cache="dynamic", locate_tolerance=None)
+    record = run_assisted(tiny("mistral", sliding_window=4), plan, ("random",))
+    assert record.not_applicable is not None and ROLLED_WINDOW in record.not_applicable, record

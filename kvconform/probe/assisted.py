@@ -51,7 +51,10 @@ MAX_CROSSED_WINDOW = 64
 NOT_CROPPABLE = "Assisted decoding requires a cache that can be cropped"
 #: A model's own generate() that does greedy search and sampling only (musicgen_melody: it takes no assistant_model
 #: argument, so generate()'s model_kwargs validation names it; prompt lookup is refused as a generation mode).
-REFUSALS = (NOT_CROPPABLE, "are not used by the model: ['assistant_model']", GREEDY_OR_SAMPLING_ONLY)
+#: Up to 5.14 a sliding-window layer that rolled past its window refuses the crop assisted decoding asks for, in these
+#: words (cache_utils.py, ``DynamicSlidingWindowLayer.crop``); from 5.15 on it can be cropped.
+ROLLED_WINDOW = "Cannot `crop` a `DynamicSlidingWindowLayer` after it has seen more tokens than its"
+REFUSALS = (NOT_CROPPABLE, "are not used by the model: ['assistant_model']", GREEDY_OR_SAMPLING_ONLY, ROLLED_WINDOW)
 DRAFTERS = ASSISTED_DRAFTERS
 #: Cells of another attention run the drafter that crops most: each of its bursts is verified in one multi-token
 #: forward and mostly rolled back (measured cost: docs/cache-paths.md).
