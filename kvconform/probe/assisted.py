@@ -33,7 +33,7 @@ from kvconform.build.models import Model
 from kvconform.build.support import crop_support
 from kvconform.compat import CACHE_KEYWORDS
 from kvconform.matrix import ASSISTED_DRAFTERS
-from kvconform.probe.cache_io import cache_implementation, input_device, make_prompt, seq_length
+from kvconform.probe.cache_io import cache_implementation, fixed_length_config, input_device, make_prompt, seq_length
 from kvconform.probe.generation import GREEDY_OR_SAMPLING_ONLY
 from kvconform.probe.selections import ReplayError, SelectionReplay, replay_selections
 from kvconform.probe.variants import row_delta
@@ -202,12 +202,8 @@ def main_forwards(model: Model) -> Iterator[list[Forward]]:
 
 
 def _config(model: Model, cache: str, new: int, **extra: Any) -> Any:
-    from transformers import GenerationConfig
-
-    config = copy.deepcopy(model.generation_config) if model.generation_config is not None else GenerationConfig()
-    config.update(max_new_tokens=new, min_new_tokens=new, do_sample=False, num_beams=1, use_cache=True, eos_token_id=None, pad_token_id=0,
-                  output_logits=True, return_dict_in_generate=True, **cache_implementation(cache), **extra)
-    return config
+    return fixed_length_config(model, new, output_logits=True, return_dict_in_generate=True, **cache_implementation(cache),
+                               **extra)
 
 
 @contextmanager

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,3 +120,15 @@ def cache_implementation(cache: str, config: Any = None) -> dict[str, Any]:
     if cache in INT_QUANTIZED:
         return {"cache_implementation": "quantized", "cache_config": int_cache_config(config, cache)}
     return {"cache_implementation": cache}
+
+
+def fixed_length_config(model: Model, new_tokens: int, use_cache: bool = True, **extra: Any) -> Any:
+    """The model's own generation config (decoder start token and the like) with greedy, fixed-length settings:
+    exactly ``new_tokens`` new tokens (no stop at EOS), pad id 0; ``extra`` settings on top."""
+    from transformers import GenerationConfig
+
+    config = copy.deepcopy(model.generation_config) if model.generation_config is not None else GenerationConfig()
+    settings = {"max_new_tokens": new_tokens, "min_new_tokens": new_tokens, "do_sample": False, "num_beams": 1,
+                "use_cache": use_cache, "eos_token_id": None, "pad_token_id": 0}
+    config.update(**{**settings, **extra})
+    return config

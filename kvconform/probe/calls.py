@@ -27,7 +27,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
-from kvconform.probe.cache_io import cache_implementation, input_device, make_prompt, returned_cache
+from kvconform.probe.cache_io import cache_implementation, fixed_length_config, input_device, make_prompt, returned_cache
 
 #: Extra pad columns put on the left of the prompt (masked out), as a tokenizer's ``pad_to_multiple_of`` adds.
 EXTRA_PADDING = 3
@@ -48,12 +48,7 @@ class CallsRecord:
 
 
 def _config(model: Model, steps: int, use_cache: bool = True) -> Any:
-    from transformers import GenerationConfig
-
-    config = copy.deepcopy(model.generation_config) if model.generation_config is not None else GenerationConfig()
-    config.update(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, num_beams=1, use_cache=use_cache,
-                  eos_token_id=None, pad_token_id=0, return_dict_in_generate=True)
-    return config
+    return fixed_length_config(model, steps, use_cache, return_dict_in_generate=True)
 
 
 def _parted(got: list[list[int]], want: list[list[int]]) -> str | None:

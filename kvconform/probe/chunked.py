@@ -14,14 +14,13 @@ cached ``generate()`` of the cell.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from kvconform.build.models import Model
-from kvconform.probe.cache_io import forward_keeping_cache, new_cache, seq_length
+from kvconform.probe.cache_io import fixed_length_config, forward_keeping_cache, new_cache, seq_length
 from kvconform.probe.cache_state import StateComparison, compare_states, snapshot
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.reference_health import TopkTies
@@ -136,12 +135,9 @@ def run_chunked_generate(model: Model, prompt: torch.Tensor, steps: int, size: i
                          plain: list[list[int]] | None) -> ChunkedGenerate:
     """Greedy ``generate(prefill_chunk_size=size)`` against ``plain`` (the plain cached generate's tokens; run
     here when the cell's own generate() did not return them)."""
-    from transformers import GenerationConfig
 
     def greedy(chunk: int | None) -> list[list[int]]:
-        config = copy.deepcopy(model.generation_config) if model.generation_config is not None else GenerationConfig()
-        config.update(max_new_tokens=steps, min_new_tokens=steps, do_sample=False, num_beams=1, use_cache=True,
-                      eos_token_id=None, pad_token_id=0, prefill_chunk_size=chunk)
+        config = fixed_length_config(model, steps, prefill_chunk_size=chunk)
         return model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))[:, prompt.shape[1] :].tolist()
 
     try:

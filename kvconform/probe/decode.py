@@ -8,7 +8,6 @@ ask for those (``logits_to_keep``, where the model takes it). Tensors never leav
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from kvconform.probe import fp8_design, int_design
 from kvconform.probe.cache_io import (
     cache_implementation,
     cache_layers,
+    fixed_length_config,
     forward_keeping_cache,
     input_device,
     keep_logits,
@@ -485,11 +485,10 @@ def _kv_pairs(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: tor
 def run_generate(model: Model, prompt: torch.Tensor, steps: int, cache: str = "dynamic",
                  attention_mask: torch.Tensor | None = None) -> GenerateRecord:
     """Greedy generate with (``cache_implementation`` of ``cache``) and without the cache; where they part, the uncached top-2 margin."""
-    from transformers import GenerationConfig
 
     mask = torch.ones_like(prompt) if attention_mask is None else attention_mask
     try:
-        runs = _generate_both(model, prompt, mask, steps, GenerationConfig, cache)
+        runs = _generate_both(model, prompt, mask, steps, cache)
     except Exception as exc:  # noqa: BLE001 - a generate() crash fails the generate check only
         return GenerateRecord([], [], None, None, error=f"{type(exc).__name__}: {exc}"[:500])
     new = prompt.shape[1]
@@ -507,16 +506,10 @@ def run_generate(model: Model, prompt: torch.Tensor, steps: int, cache: str = "d
     )
 
 
-def _generate_both(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: int, config_class: Any,
-                   cache: str) -> dict[bool, Any]:
+def _generate_both(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: int, cache: str) -> dict[bool, Any]:
     runs = {}
     for use_cache in (True, False):
-        # The model's own generation config (decoder start token and the like) with greedy, fixed-length settings.
-        config = copy.deepcopy(model.generation_config) if model.generation_config is not None else config_class()
-        config.update(
-            max_new_tokens=steps, min_new_tokens=steps, do_sample=False, num_beams=1, use_cache=use_cache,
-            eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
-            **(cache_implementation(cache, model.config) if use_cache else {}),
-        )
+        config = fixed_length_config(model, steps, use_cache, output_scores=True, return_dict_in_generate=True,
+                                     **(cache_implementation(cache, model.config) if use_cache else {}))
         runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=mask)
     return runs

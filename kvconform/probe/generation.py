@@ -10,14 +10,13 @@ Both run with the cell's cache through ``cache_implementation`` (what users pass
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from kvconform.build.models import Model
-from kvconform.probe.cache_io import cache_implementation, input_device, make_prompt
+from kvconform.probe.cache_io import cache_implementation, fixed_length_config, input_device, make_prompt
 from kvconform.probe.decode import GenerateRecord, run_generate
 
 #: Beams in the beam-search check: enough that reordering moves rows between beams.
@@ -79,17 +78,14 @@ def run_beam(model: Model, plan: Any) -> BeamRecord:
     Like the greedy generate() path, it starts from the model's own generation config (its decoder start token
     and the like), which a model whose generate() does not merge it in (musicgen) would otherwise never see.
     """
-    from transformers import GenerationConfig
 
     prompt = _prompt(model, plan)
     runs = {}
     try:
         for use_cache in (True, False):
-            config = copy.deepcopy(model.generation_config) if model.generation_config is not None else GenerationConfig()
-            config.update(
-                max_new_tokens=plan.decode_steps, min_new_tokens=plan.decode_steps, do_sample=False,
-                num_beams=NUM_BEAMS, num_return_sequences=NUM_BEAMS, early_stopping=False, length_penalty=1.0,
-                use_cache=use_cache, eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True,
+            config = fixed_length_config(
+                model, plan.decode_steps, use_cache, num_beams=NUM_BEAMS, num_return_sequences=NUM_BEAMS,
+                early_stopping=False, length_penalty=1.0, output_scores=True, return_dict_in_generate=True,
                 **(cache_implementation(plan.cache, model.config) if use_cache else {}),
             )
             runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
