@@ -86,9 +86,7 @@ def test_chunked_prefill(cell, outcome, verdict):
 @pytest.mark.kvconform_check("beam")
 def test_beam(cell, outcome, verdict):
     """Beam search with and without the cache returns the same beams with the same scores."""
-    beam = outcome.record.extras.get("beam")
-    if beam is not None and beam.not_applicable:
-        pytest.skip(f"not applicable: {beam.not_applicable}")
+    _skip_extra_not_applicable(outcome, "beam")
     verdict(run("beam", cell, outcome))
 
 

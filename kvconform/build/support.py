@@ -36,6 +36,8 @@ RESIDUAL_LENGTH = 3
 #: The integer backends' group size, where the head dims allow it (it must divide them, so that a quanto group
 #: never spans two tokens and every length is a whole number of groups).
 GROUP_SIZE = 16
+
+
 def int_cache_config(config: Any, kind: str) -> dict[str, Any]:
     """The ``cache_config`` of an integer-quantized cell: backend, nbits, residual_length, q_group_size."""
     backend, nbits = INT_QUANTIZED[kind]
@@ -51,12 +53,6 @@ def quantized_cache(config: Any, kind: str) -> Any:
     if kind == QUANTIZED:
         return QuantizedCache(backend=QUANTIZED_BACKEND, config=config)
     return QuantizedCache(config=config, **int_cache_config(config, kind))
-
-
-
-
-
-
 
 
 def attention_support(cls: Any, attn: str) -> str | None:
@@ -90,8 +86,9 @@ def cache_support(cls: Any, config: Any, cache: str) -> str | None:
                 "(it came in a later release; the quanto and hqq kinds need the quantized extra)")
     if cache != "static" and getattr(text, "is_encoder_decoder", False):
         return "generate() refuses the quantized cache for encoder-decoder configs"
-    if missing_backend(cache):
-        return missing_backend(cache)
+    missing = missing_backend(cache)
+    if missing:
+        return missing
     from transformers import StaticCache
 
     try:

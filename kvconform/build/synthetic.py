@@ -133,8 +133,6 @@ LAYER_FIELDS = (
 )
 
 
-
-
 def _check_model_type(model_type: str) -> None:
     """Raise a ValueError naming close matches if ``model_type`` is not a causal-LM type."""
     known = causal_lm_model_types()
