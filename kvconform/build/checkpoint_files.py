@@ -14,6 +14,10 @@ from typing import Any
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
+class ModelUnavailable(RuntimeError):
+    """The checkpoint is not on this machine (missing folder or file, offline hub cache miss)."""
+
+
 class CheckpointFileError(ValueError):
     """A checkpoint file that cannot be used; the message names the file."""
 

