@@ -65,9 +65,19 @@ def relative_path(path: Path, root: Path) -> str:
         return path.as_posix()
 
 
-def describe_environment(root: Path, matrix_path: Path | None) -> dict[str, Any]:
-    """Versions and provenance; only allow-listed facts, never environment variables or tokens."""
+def describe_machine() -> dict[str, Any]:
+    """The CPU (with torch's kernels for it) and the devices: the facts of the environment that import torch."""
+    return {"cpu": cpu_description(), "devices": device_names()}
+
+
+def describe_environment(root: Path, matrix_path: Path | None, machine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Versions and provenance; only allow-listed facts, never environment variables or tokens.
+
+    ``machine`` is ``describe_machine()`` as a worker process found it (an xdist controller imports no torch).
+    """
     import kvconform
+
+    machine = machine or describe_machine()
 
     matrix_hash = None
     if matrix_path is not None and matrix_path.is_file():
@@ -79,8 +89,8 @@ def describe_environment(root: Path, matrix_path: Path | None) -> dict[str, Any]
         "transformers": _version("transformers"),
         "accelerate": _version("accelerate"),
         "platform": platform.platform(terse=True),
-        "cpu": cpu_description(),
-        "devices": device_names(),
+        "cpu": machine["cpu"],
+        "devices": machine["devices"],
         "git_commit": _git_commit(root),
         "matrix_path": relative_path(matrix_path, root) if matrix_path is not None else None,
         "matrix_sha256": matrix_hash,

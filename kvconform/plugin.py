@@ -63,6 +63,8 @@ class KvconformState:
         self.report_folder: str | None = None
         #: The controller's progress.ProgressReporter (``None`` on workers).
         self.progress: Any = None
+        #: Under xdist, a worker's ``machine_facts`` (the controller itself imports no torch to learn them).
+        self.machine: dict[str, Any] | None = None
 
     @property
     def is_worker(self) -> bool:
@@ -314,6 +316,7 @@ def _nodeid_cell(state: KvconformState, nodeid: str) -> Cell | None:
 
 def _skip_not_collected(state: KvconformState, nodeids: set[str]) -> None:
     """The checks left out for a missing device: planned, and a skip row each with the device's reason."""
+    missing = (state.machine or {}).get("missing") or {}
     _plan(state, sorted(nodeids))
     for nodeid in nodeids:
         parsed = _parse_nodeid(nodeid)
@@ -323,12 +326,14 @@ def _skip_not_collected(state: KvconformState, nodeids: set[str]) -> None:
         cell = state.cells_by_id[cell_id]
         row = _row(cell, check, nodeid)
         row["outcome"] = "skip"
-        row["message"] = row["reason"] = _device_missing(cell.device) or ""
+        row["message"] = row["reason"] = (missing[cell.device] if cell.device in missing else _device_missing(cell.device)) or ""
         state.results.setdefault(f"{cell_id}::{check}", row)
 
 
 #: ``workeroutput`` key of a worker's not-collected node ids (every worker collects the same; the controller unions).
 NOT_COLLECTED_KEY = "kvconform_not_collected"
+#: ``workeroutput`` key of a worker's ``machine_facts``.
+MACHINE_KEY = "kvconform_machine"
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -337,7 +342,9 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     state = node.config.stash.get(STATE, None)
     if state is None:
         return
-    left_out = set(getattr(node, "workeroutput", {}).get(NOT_COLLECTED_KEY, []))
+    output = getattr(node, "workeroutput", {})
+    state.machine = output.get(MACHINE_KEY) or state.machine
+    left_out = set(output.get(NOT_COLLECTED_KEY, []))
     state.not_collected |= left_out  # the terminal summary counts them; the progress leaves them out
     _skip_not_collected(state, left_out)
 
@@ -380,6 +387,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return crashitem
 
     return ByModel(config, log)
+
+
+def machine_facts(state: KvconformState) -> dict[str, Any]:
+    """The report's CPU and devices, and why each absent device of the matrix is absent (these need torch)."""
+    from kvconform.environment import describe_machine
+
+    devices = sorted({cell.device for cell in state.cells})
+    return {**describe_machine(), "missing": {device: _device_missing(device) for device in devices}}
 
 
 def _device_missing(device: str) -> str | None:
@@ -540,7 +555,7 @@ def build_document(state: KvconformState, stopped: str | None = None) -> dict[st
     specs = {spec.id: spec for spec in state.matrix.models}
     return {
         "schema_version": SCHEMA_VERSION,
-        "environment": describe_environment(Path(state.config.rootpath), state.matrix.path),
+        "environment": describe_environment(Path(state.config.rootpath), state.matrix.path, state.machine),
         "run": run_field(planned=state.planned, finished=[(row["cell_id"], row["check"]) for row in rows],
                          stopped=stopped, shard=state.config.getoption("shard"), empty_shard=state.empty_shard),
         "models": [describe_model(specs[model], state.model_types.get(model)) for model in sorted({r["model"] for r in rows})],
@@ -600,6 +615,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state = config.stash.get(STATE, None)
     if state is not None and state.is_worker:
         config.workeroutput[NOT_COLLECTED_KEY] = sorted(state.not_collected)  # type: ignore[attr-defined]
+        config.workeroutput[MACHINE_KEY] = machine_facts(state)  # type: ignore[attr-defined]
     if state is None or state.is_worker:
         return
     nothing = _nothing_checked(state)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,7 +44,7 @@ def test_a_fact_is_computed_once_then_read_from_disk(fresh_memo: Path) -> None:
 def test_a_changed_defining_file_is_read_again(fresh_memo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     first, compute_first = counting("sdpa")
     transformers_memo.remembered("t", "LlamaForCausalLM", compute_first)
-    monkeypatch.setattr(transformers_memo, "_file_stamp", lambda name: [1, 2])
+    monkeypatch.setattr(transformers_memo, "_stamp", lambda path: [1, 2])
     second, compute_second = counting("eager")
     assert transformers_memo.remembered("t", "LlamaForCausalLM", compute_second) == "eager"
     assert first == second == [1]
@@ -71,3 +73,38 @@ def test_the_remembered_encoder_decoder_flag_is_the_default_configs(fresh_memo: 
     for model_type in ("bart", "llama", "whisper"):
         _is_encoder_decoder.cache_clear()
         assert _is_encoder_decoder(model_type) is _default_config_is_encoder_decoder(model_type)
+
+
+def test_a_remembered_auto_mapping_is_the_imported_one(fresh_memo: Path) -> None:
+    from transformers.models.auto import configuration_auto, modeling_auto
+
+    for _ in range(2):
+        transformers_memo._memo.cache_clear()
+        assert transformers_memo.auto_mapping("modeling_auto", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES") == dict(
+            modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+        assert transformers_memo.auto_mapping("configuration_auto", "CONFIG_MAPPING_NAMES") == dict(
+            configuration_auto.CONFIG_MAPPING_NAMES)
+
+
+#: Plans the default matrix as the xdist controller does, then names any of transformers or torch it imported.
+PLAN_DEFAULT_MATRIX = """
+import sys
+from kvconform.build.architecture_table import load_architecture_table
+from kvconform.build.model_types import causal_lm_model_types, model_attention
+from kvconform.cells import plan_cells
+from kvconform.families.registry import sweep_types
+from kvconform.matrix import load_matrix
+matrix = load_matrix(sys.argv[1], known_model_types=causal_lm_model_types, excluded_types=load_architecture_table()[1],
+                     family_sweeps=sweep_types)
+cells, _ = plan_cells(matrix, model_attention)
+assert len(cells) > 900, len(cells)
+print(sorted(name for name in ("torch", "transformers") if name in sys.modules))
+"""
+
+
+def test_planning_the_default_matrix_from_the_memo_imports_neither_transformers_nor_torch(fresh_memo: Path) -> None:
+    """The xdist controller plans before its workers start: from a written memo it must not pay torch's import."""
+    matrix = Path(__file__).resolve().parents[1] / "model_matrix.yaml"
+    runs = [subprocess.run([sys.executable, "-c", PLAN_DEFAULT_MATRIX, str(matrix)], capture_output=True, text=True,
+                           check=True, timeout=300).stdout.split("\n")[-2] for _ in range(2)]
+    assert runs == ["['torch', 'transformers']", "[]"], runs  # the first run writes the memo, the second reads it

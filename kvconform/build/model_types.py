@@ -1,30 +1,35 @@
 """Which model types transformers maps to a causal LM, and the attention each runs by default (no torch).
 
-The xdist controller plans every cell before its workers start: it reads these from transformers' auto mappings
-and the memo of ``_supports_sdpa`` (``kvconform.transformers_memo``) without importing torch or any modeling module.
+The xdist controller plans every cell before its workers start: it reads these from the memo of transformers' auto
+mappings and of ``_supports_sdpa`` (``kvconform.transformers_memo``), importing neither transformers nor torch.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
 from kvconform.matrix import ModelSpec
-from kvconform.transformers_memo import remembered
+from kvconform.transformers_memo import auto_mapping, remembered
+
+
+@cache
+def causal_lm_names() -> dict[str, str]:
+    """``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`` of the installed transformers (model type -> class name)."""
+    return auto_mapping("modeling_auto", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES")
 
 
 def causal_lm_model_types() -> list[str]:
     """Sorted model types that ``AutoModelForCausalLM`` maps in the installed transformers."""
-    return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    return sorted(causal_lm_names())
 
 
 def model_class(model_type: str) -> Any:
     """The causal-LM class transformers maps ``model_type`` to (imports only that modeling module)."""
     import transformers
 
-    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+    return getattr(transformers, causal_lm_names()[model_type])
 
 
 def model_attention(spec: ModelSpec) -> str:
@@ -36,7 +41,7 @@ def model_attention(spec: ModelSpec) -> str:
     model_type = spec.model_type or _checkpoint_model_type(spec)
     if model_type is None:
         return "sdpa"
-    class_name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type]
+    class_name = causal_lm_names()[model_type]
     sdpa = remembered("supports-sdpa", class_name, lambda: bool(model_class(model_type)._supports_sdpa))
     return "sdpa" if sdpa else "eager"
 
@@ -52,6 +57,6 @@ def _checkpoint_model_type(spec: ModelSpec) -> str | None:
     except CheckpointFileError:
         return None
     model_type = config.get("model_type")
-    if "auto_map" in config or model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+    if "auto_map" in config or model_type not in causal_lm_names():
         return None
     return str(model_type)

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
-from kvconform.transformers_memo import remembered
+from kvconform.transformers_memo import auto_mapping, remembered
 
 
 @lru_cache(maxsize=1)
@@ -31,18 +31,22 @@ def prefix_lm_types() -> frozenset[str]:
 
 
 def _mapping(family: str) -> Mapping[str, str]:
-    from transformers.models.auto import modeling_auto as auto
-
     if family == AUDIO_LANGUAGE:
         return audio_language_names()
     if family == TEXT_TO_AUDIO:
         return text_to_audio_names()
-    return {
-        CAUSAL_LM: auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        VISION_LANGUAGE: auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES,
-        SEQ2SEQ: auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
-        SPEECH_SEQ2SEQ: auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES,
-    }[family]
+    return _names({
+        CAUSAL_LM: "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+        VISION_LANGUAGE: "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+        SEQ2SEQ: "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+        SPEECH_SEQ2SEQ: "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES",
+    }[family])
+
+
+@cache
+def _names(mapping: str) -> dict[str, str]:
+    """One of ``modeling_auto``'s ``*_MAPPING_NAMES`` (model type -> class name), from the memo."""
+    return auto_mapping("modeling_auto", mapping)
 
 
 @cache
@@ -53,9 +57,7 @@ def audio_language_names() -> dict[str, str]:
     audio features (Qwen2-Audio, Voxtral, Granite Speech, ...) are listed under the encoder-decoder auto classes
     although their config is not an encoder-decoder's.
     """
-    from transformers.models.auto import modeling_auto as auto
-
-    names = {**auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES, **auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES}
+    names = {**_names("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES"), **_names("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES")}
     return {t: c for t, c in sorted(names.items()) if _is_encoder_decoder(t) is False}
 
 
@@ -64,10 +66,8 @@ def text_to_audio_names() -> dict[str, str]:
     """The text-to-audio types (model type -> class): the text-to-waveform and text-to-spectrogram mappings (the
     ``text-to-audio`` pipeline's), plus the types ``families.yaml`` names from other mappings (``also_text_to_audio``:
     Dia, a text-to-speech model transformers 5.24 lists under the speech-seq2seq auto class)."""
-    from transformers.models.auto import modeling_auto as auto
-
-    names = {**auto.MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES, **auto.MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES}
-    speech = auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
+    names = {**_names("MODEL_FOR_TEXT_TO_SPECTROGRAM_MAPPING_NAMES"), **_names("MODEL_FOR_TEXT_TO_WAVEFORM_MAPPING_NAMES")}
+    speech = _names("MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES")
     names.update({t: speech[t] for t in family_table().get("also_text_to_audio") or {} if t in speech})
     return dict(sorted(names.items()))
 
@@ -92,9 +92,8 @@ def _is_encoder_decoder(model_type: str) -> bool | None:
     """Whether the type's default config is an encoder-decoder; built quietly (a default config's warnings, e.g.
     cohere_compass's "no RoPE parameters", are not the run's)."""
     # configuration_auto defines it before 5.6 and re-exports it from auto_mappings from 5.6 on.
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # type: ignore[attr-defined]
-
-    return remembered("is-encoder-decoder", CONFIG_MAPPING_NAMES.get(model_type, model_type),
+    config_names = auto_mapping("configuration_auto", "CONFIG_MAPPING_NAMES")
+    return remembered("is-encoder-decoder", config_names.get(model_type, model_type),
                       lambda: _default_config_is_encoder_decoder(model_type))
 
 
