@@ -10,6 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -609,7 +612,7 @@ def _nothing_checked(state: KvconformState) -> str | None:
             "a run that checks nothing is not a pass")
 
 
-@pytest.hookimpl(tryfirst=True)  # under xdist, before the controller waits for its workers to exit: they exit meanwhile
+@pytest.hookimpl(tryfirst=True)  # under xdist, before xdist's own teardown: the workers exit while the reports are written
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     state = config.stash.get(STATE, None)
@@ -624,12 +627,44 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
     if config.getoption("no_reports") or not _has_report(state):
         return
-    from kvconform.report import append_github_summary, document_json, write_reports
-    from kvconform.report_dir import describe_error, write_fallback
+    from kvconform.report import append_github_summary
+    from kvconform.report_dir import describe_error
     from kvconform.run_status import incomplete_line
 
     out_dir = report_dir(config)
-    document = build_document(state, _stopped(session, exitstatus))
+    with _workers_exiting(config):
+        document = build_document(state, _stopped(session, exitstatus))
+        _write(state, session, document, out_dir)
+    try:
+        append_github_summary(document)
+    except OSError as exc:
+        state.warnings.append(
+            f"kvconform: warning: could not append to GITHUB_STEP_SUMMARY ({describe_error(exc)}); the run's result is unaffected")
+    state.incomplete = incomplete_line(document)
+
+
+@contextmanager
+def _workers_exiting(config: pytest.Config) -> Iterator[None]:
+    """Under xdist, the workers exit while the body runs: an idle worker waits for the controller's teardown, and its
+    interpreter's exit (seconds, with torch and the models loaded) then overlaps the report writing; xdist's own
+    teardown, later, finds no worker left to wait for."""
+    nodemanager = getattr(config.pluginmanager.getplugin("dsession"), "nodemanager", None)
+    if nodemanager is None:
+        yield
+        return
+    teardown = threading.Thread(target=nodemanager.teardown_nodes, name="kvconform-worker-teardown")
+    teardown.start()
+    try:
+        yield
+    finally:
+        teardown.join()
+
+
+def _write(state: KvconformState, session: pytest.Session, document: dict[str, Any], out_dir: Path) -> None:
+    """Write the reports; a folder that cannot take them gets a fallback file and fails the run."""
+    from kvconform.report import document_json, write_reports
+    from kvconform.report_dir import describe_error, write_fallback
+
     try:
         state.written = write_reports(document, out_dir)
     except OSError as exc:
@@ -641,12 +676,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.errors.append(f"kvconform: error: could not write the reports to {out_dir} ({describe_error(exc)}); {kept}")
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    try:
-        append_github_summary(document)
-    except OSError as exc:
-        state.warnings.append(
-            f"kvconform: warning: could not append to GITHUB_STEP_SUMMARY ({describe_error(exc)}); the run's result is unaffected")
-    state.incomplete = incomplete_line(document)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
