@@ -242,6 +242,10 @@ def test_assisted_tells_a_cache_fault_from_a_near_tie_and_from_greedy_itself():
     assert tie.passed and "[near tie] a random assistant" in tie.message, tie.message
     greedy = assisted(record(AssistedRun("self", [1, 9], [0.0, 1e-6], forwards[:2], margin_at_part=2.0), 1.5), tolerance)
     assert greedy.passed and "greedy left the reference" in greedy.message, greedy.message
+    # Up to 5.13 prompt lookup could return the bonus token past max_new_tokens: greedy's tokens and one more.
+    overlong = assisted(record(AssistedRun("prompt_lookup", [1, 2, 3, 4, 5, 6, 7], [0.0] * 6, forwards)), tolerance)
+    assert not overlong.passed and overlong.details["diagnosis"] == "generate() length", overlong.message
+    assert "[length] prompt lookup: returns 7 new tokens where max_new_tokens asks for 6 (greedy returns 6)" in overlong.message
 
 
 def test_a_result_carries_plain_data_even_when_a_check_left_a_tensor_in_it() -> None:

@@ -218,7 +218,8 @@ def test_bisect_finds_the_first_bad_release_and_prints_each_step() -> None:
 
 # --------------------------------------------------------------------------- real releases (slow)
 
-#: One tiny model per kind (causal, sliding, recurrent hybrid, encoder-decoder, vision-language), their parity cell.
+#: One tiny model per kind (causal, sliding, recurrent hybrid, encoder-decoder, vision-language), their parity cell and
+#: assisted decoding (up to 5.2 the candidate generator refused min_new_tokens' processor: NEVER_STOP in probe/assisted.py).
 SLOW_MODELS = ("llama", "gemma2", "jamba", "t5-s2s", "llava-vl")
 #: The oldest and the newest release the declared range supports.
 SLOW_RELEASES = ("5.0.0", "5.24.0")
@@ -226,11 +227,11 @@ SLOW_RELEASES = ("5.0.0", "5.24.0")
 
 def test_oldest_and_newest_release_run_in_their_own_environments(tmp_path: Path) -> None:
     """Each release's run imports its own transformers (the report says which) and judges the same cells the same:
-    every model passes parity under both, with no harness error. Creates the two environments once per machine
+    every model passes parity and assisted decoding (or is not applicable) under both, with no harness error. Creates the two environments once per machine
     (under $KVCONFORM_CACHE_DIR/releases) and needs the package index the first time."""
     args = [sys.executable, str(REPO / "tools" / "history.py"), "run", "--releases", *SLOW_RELEASES,
             *[arg for model in SLOW_MODELS for arg in ("--model", model)],
-            "-k", "test_parity and float32-cpu-dynamic", "--out", str(tmp_path / "h")]
+            "-k", "(test_parity or test_assisted) and float32-cpu-dynamic", "--out", str(tmp_path / "h")]
     done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
@@ -241,5 +242,11 @@ def test_oldest_and_newest_release_run_in_their_own_environments(tmp_path: Path)
     for run_record in doc["releases"]:
         environment = json.loads((tmp_path / "h" / run_record["report"]).read_text())["environment"]
         assert environment["transformers"] == run_record["release"]
-    assert {model: [doc["grid"][model][r]["verdict"] for r in SLOW_RELEASES] for model in doc["models"]} == {
-        model: ["pass", "pass"] for model in SLOW_MODELS}
+    expected = {model: ["pass", "pass"] for model in SLOW_MODELS}
+    expected["t5-s2s"] = ["known failure", "pass"]  # prompt lookup's extra token up to 5.13 (model_matrix.yaml, t5)
+    assert {model: [doc["grid"][model][r]["verdict"] for r in SLOW_RELEASES] for model in doc["models"]} == expected
+    for run_record in doc["releases"]:  # 5.0 crops to an absolute length, 5.24 by a negative count: both read right
+        results = json.loads((tmp_path / "h" / run_record["report"]).read_text())["results"]
+        llama = next(r for r in results if r["cell_id"] == "llama[float32-cpu-dynamic]" and r["check"] == "assisted")
+        rejected = {name: run["rejected"] for name, run in llama["details"]["runs"].items()}
+        assert all(count >= 0 for counts in rejected.values() for count in counts) and sum(rejected["random"]) > 0, rejected

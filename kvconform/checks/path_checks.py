@@ -128,12 +128,13 @@ def assisted(record: AssistedRecord | None, tolerance: Tolerance) -> CheckResult
     problems, notes = [], []
     for run in record.runs:
         problem, note = _assisted_run(run, len(record.prompt), limit, record.greedy_delta)
+        problem = problem or _overlong(run, record.greedy_tokens, record.max_new_tokens)
         problems += [problem] if problem else []
         notes += [note] if note else []
     figure = Figure(worst, limit, "logit")
     coverage = "; ".join(_coverage(run) for run in record.runs if run.error is None)
     if problems:
-        details["diagnosis"] = "cache fault"
+        details["diagnosis"] = "cache fault" if any(not p.startswith("[length]") for p in problems) else "generate() length"
         return CheckResult("assisted", False, f"{worst:.2e}", f"{limit:.2e}", f"{what}: " + "; ".join(problems + notes)
                            + f" (coverage: {coverage})", details, figure)
     message = (f"{what}: every drafter returns greedy's tokens, logits within {worst:.2e} ≤ {limit:.2e} of the uncached "
@@ -168,6 +169,15 @@ def _assisted_run(run: AssistedRun, prompt: int, limit: float, greedy_delta: flo
         return None, (f"[near tie] {name}: its tokens part from greedy's at generated token {part}, where every logit is "
                       f"within the limit (the uncached top-2 margin there {run.margin_at_part:.3g}): not a cache fault")
     return None, None
+
+
+def _overlong(run: AssistedRun, greedy: list[int], asked: int) -> str | None:
+    """A run that equals greedy's tokens but returns more of them than ``max_new_tokens`` asked for."""
+    if run.error is not None or len(run.tokens) <= len(greedy) or run.tokens[: len(greedy)] != greedy:
+        return None
+    return (f"[length] {_DRAFTER_NAMES.get(run.drafter, run.drafter)}: returns {len(run.tokens)} new tokens where "
+            f"max_new_tokens asks for {asked} (greedy returns {len(greedy)}), its first {len(greedy)} greedy's: the accepted "
+            "drafts and the bonus token overshot the length budget (a generate() fault, not the cache's)")
 
 
 _DRAFTER_NAMES = {"self": "the model as its own assistant", "random": "a random assistant of the same architecture",

@@ -158,7 +158,7 @@ def main_forwards(model: Model) -> Iterator[list[Forward]]:
     model drafting for itself. A forward's sequence position follows from the one before it and the ``crop`` generate()
     asked of the main cache in between (its draft rollback), whatever the cache then holds."""
     forwards: list[Forward] = []
-    depth, crops, watched = [0], [0], []
+    depth, kept, watched = [0], [None], []
     generate = model.generate
 
     def nested(*args: Any, **kwargs: Any) -> Any:
@@ -171,9 +171,12 @@ def main_forwards(model: Model) -> Iterator[list[Forward]]:
     def watch(cache: Any) -> None:
         crop = cache.crop
 
-        def recorded(tokens_to_remove: int) -> None:
-            crops[0] += tokens_to_remove
-            crop(tokens_to_remove)
+        def recorded(max_length: int) -> None:
+            # Cache.crop's argument: zero or a negative one removes that many tokens (generate() from 5.14), a positive
+            # one keeps that many (up to 5.13: crop(new_cur_len - 1)); either way, the length generate() asked to keep.
+            end = forwards[-1].start + forwards[-1].tokens if forwards else 0
+            kept[0] = end + max_length if max_length <= 0 else max_length
+            crop(max_length)
 
         cache.crop = recorded
         watched.append(cache)
@@ -186,8 +189,8 @@ def main_forwards(model: Model) -> Iterator[list[Forward]]:
         if cache is not None and callable(getattr(cache, "crop", None)) and not any(cache is w for w in watched):
             watch(cache)
         cached = (seq_length(cache) or 0) if cache is not None else 0
-        start = forwards[-1].start + forwards[-1].tokens + crops[0] if forwards else cached
-        crops[0] = 0
+        start = cached if not forwards else kept[0] if kept[0] is not None else forwards[-1].start + forwards[-1].tokens
+        kept[0] = None
         forwards.append(Forward(start, ids.shape[1], cached, isinstance(kwargs.get("position_ids"), torch.Tensor)))
 
     model.generate = nested
@@ -201,9 +204,15 @@ def main_forwards(model: Model) -> Iterator[list[Forward]]:
             del cache.crop
 
 
+#: Fixed length as transformers' own assisted-decoding tests make it: an EOS id no token has. min_new_tokens would build
+#: a MinLengthLogitsProcessor, and up to 5.2 the candidate generator raises on one ("Passing `MinLengthLogitsProcessor`
+#: when using `assisted_generation is disabled", candidate_generator.py; 5.3 drops it from the drafts instead).
+NEVER_STOP = {"eos_token_id": -1, "min_new_tokens": None}
+
+
 def _config(model: Model, cache: str, new: int, **extra: Any) -> Any:
     return fixed_length_config(model, new, output_logits=True, return_dict_in_generate=True, **cache_implementation(cache),
-                               **extra)
+                               **NEVER_STOP, **extra)
 
 
 @contextmanager
@@ -318,7 +327,8 @@ def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int
 
     def deltas(tokens: list[int], logits: list[torch.Tensor]) -> list[float]:
         part = next((k for k, (a, b) in enumerate(zip(tokens, greedy, strict=False)) if a != b), len(logits) - 1)
-        return [float(row_delta(logits[k], reference[k : k + 1])[0]) for k in range(min(part + 1, len(logits)))]
+        # A run longer than greedy's (drafts past max_new_tokens) has no reference for its extra tokens: the check says so.
+        return [float(row_delta(logits[k], reference[k : k + 1])[0]) for k in range(min(part + 1, len(logits), len(reference)))]
 
     tokens, logits, forwards = once()
     run = AssistedRun(drafter, tokens, deltas(tokens, logits), forwards)

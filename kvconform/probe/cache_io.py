@@ -124,7 +124,8 @@ def cache_implementation(cache: str, config: Any = None) -> dict[str, Any]:
 
 def fixed_length_config(model: Model, new_tokens: int, use_cache: bool = True, **extra: Any) -> Any:
     """The model's own generation config (decoder start token and the like) with greedy, fixed-length settings:
-    exactly ``new_tokens`` new tokens (no stop at EOS), pad id 0; ``extra`` settings on top."""
+    exactly ``new_tokens`` new tokens, pad id 0; ``extra`` settings on top. ``min_new_tokens`` is what keeps EOS from
+    ending it: generate() fills an ``eos_token_id`` of None from the model's own config (defaults_only merge)."""
     from transformers import GenerationConfig
 
     config = copy.deepcopy(model.generation_config) if model.generation_config is not None else GenerationConfig()
