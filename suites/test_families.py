@@ -37,6 +37,12 @@ def test_text_only(cell, outcome, verdict):
     verdict(checks.text_only(outcome.family, cell.tolerance))
 
 
+@pytest.mark.kvconform_check("media_calls")
+def test_media_calls(cell, outcome, verdict):
+    """generate() through one instance: text, an image, another image, text again, as requests reach a served model."""
+    verdict(checks.media_calls(outcome.family, cell.tolerance))
+
+
 @pytest.mark.kvconform_check("codebook_parity")
 def test_codebook_parity(cell, outcome, verdict):
     """Every codebook head of a codebook decoder: cached logits match the uncached pass at every step."""

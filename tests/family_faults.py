@@ -11,6 +11,8 @@
   and prompt embeddings, restarts its decode steps' learned positions at 0 (as if only ids counted);
 - ``positions_restart_after_audio``: Qwen2-Audio's decode steps number their positions as if the audio
   placeholders took none (the count of text tokens only), so every position after the audio is shifted back;
+- ``image_state_kept``: Qwen2-VL's generate() keeps something of the last image request on the model and adds it to
+  the logits of every later text-only request: state one call leaves on the model for the next;
 - ``codebook_reads_another_codebook``: MusicGen's decode steps embed codebook 1's stream from codebook 0's ids, so the
   K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched).
 """
@@ -27,7 +29,7 @@ from transformers.cache_utils import EncoderDecoderCache
 from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
 from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
 from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioForConditionalGeneration
-from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
+from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLForConditionalGeneration, Qwen2VLModel
 
 from tests.faults import Patch, patched
 
@@ -113,6 +115,25 @@ def _audio_positions_restart() -> list[Patch]:
     return [(Qwen2AudioForConditionalGeneration, "forward", forward)]
 
 
+def _image_state_kept() -> list[Patch]:
+    original = Qwen2VLForConditionalGeneration.generate
+
+    def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("pixel_values") is not None:  # an image request: the model keeps something of this image
+            self._kept_from_image = kwargs["pixel_values"].flatten()[: self.lm_head.weight.shape[0]].float()
+            return original(self, *args, **kwargs)
+        kept = getattr(self, "_kept_from_image", None)
+        if kept is None:
+            return original(self, *args, **kwargs)
+        handle = self.lm_head.register_forward_hook(lambda module, inputs, output: output + kept.to(output.dtype))
+        try:  # a later text-only request reads it
+            return original(self, *args, **kwargs)
+        finally:
+            handle.remove()
+
+    return [(Qwen2VLForConditionalGeneration, "generate", generate)]
+
+
 def _codebook_crossed() -> list[Patch]:
     original = MusicgenDecoder.forward
 
@@ -134,6 +155,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "positions_restart_after_image": lambda: _decode_positions(_restarted),
     "lm_positions_restart_after_image": _lm_positions_restart,
     "positions_restart_after_audio": _audio_positions_restart,
+    "image_state_kept": _image_state_kept,
     "codebook_reads_another_codebook": _codebook_crossed,
 }
 

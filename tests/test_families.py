@@ -135,6 +135,19 @@ def test_positions_that_drift_after_the_image_are_caught_and_located(fault):
     assert results["growth"].passed and results["shapes"].passed
 
 
+def test_state_a_generate_call_leaves_for_the_next_is_caught():
+    """State an image request leaves on the model for a later text-only one: media_calls fails on the text-only prompt's
+    second generate() only (its logits leave its uncached pass), every other check of the cell passes."""
+    model = build_family(shrink_family_config("qwen2_vl", VISION_LANGUAGE), VISION_LANGUAGE, seed=0)
+    with planted("image_state_kept"):
+        _, results = probe_and_check(model, VISION_LANGUAGE)
+    failed = {name for name, result in results.items() if not result.passed}
+    assert failed == {"media_calls"}, {name: results[name].message for name in failed}
+    message = results["media_calls"].message
+    assert "the text-only prompt again: cached logits leave the uncached pass over its tokens" in message, message
+    assert "an image:" not in message and "the text-only prompt: " not in message, message
+
+
 def test_inputs_come_from_the_models_own_processor(family_model):
     """Anyres tiles and the image sizes of LLaVA-NeXT's processor; BLIP-2's query tokens; PaliGemma's prefix."""
     probe, _ = probe_and_check(family_model("llava_next"), VISION_LANGUAGE)

@@ -96,6 +96,33 @@ def text_only(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
     return CheckResult("text_only", passed, parity.measured, parity.limit, "text-only prompt: " + "\n".join(parts), details)
 
 
+def media_calls(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
+    """generate() through one model instance (text, an image, another image, text again): each call's logits within the
+    parity limit of one uncached pass over its tokens, and the text-only prompt's tokens the same both times."""
+    if probe.calls is None:
+        raise ValueError("not a multimodal cell: no generate() calls recorded")
+    calls = probe.calls
+    details = {"generate_calls": [{"what": call.what, "tokens": call.tokens, "max_abs_delta": call.max_abs_delta,
+                                   "error": call.error} for call in calls]}
+    problems = [f"{call.what}: {call.error}" for call in calls if call.error]
+    limits = {call.what: tolerance.limit(call.logit_scale) for call in calls}
+    problems += [f"{call.what}: cached logits leave the uncached pass over its tokens (max |Δ| {call.max_abs_delta:.3g} > "
+                 f"limit {limits[call.what]:.3g})" for call in calls if not call.error and call.max_abs_delta > limits[call.what]]
+    first, again = calls[0], calls[-1]
+    if not (first.error or again.error) and first.tokens != again.tokens:
+        problems.append(f"{again.what} returns other tokens than the first time ({again.tokens} vs {first.tokens}): state "
+                        "an earlier call left on the model")
+    worst = max((call.max_abs_delta for call in calls if not call.error), default=0.0)
+    limit = min(limits.values()) if limits else 0.0
+    order = ", ".join(call.what for call in calls)
+    if problems:
+        return CheckResult("media_calls", False, f"{worst:.3g}", f"{limit:.3g}",
+                           f"generate() through one model instance ({order}): " + "; ".join(problems), details)
+    return CheckResult("media_calls", True, f"{worst:.3g}", f"{limit:.3g}",
+                       f"generate() through one model instance ({order}): every call within {worst:.3g} of its uncached "
+                       "pass, the text-only prompt's tokens the same both times", details)
+
+
 def codebook_parity(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
     """Each codebook head's logits (rows ``b * K + k``) within the parity limit at every step; names the first head
     and step that leave it, and the heads that stay within it."""
@@ -152,6 +179,7 @@ _RUN: dict[str, Callable[[FamilyProbe, Tolerance], CheckResult]] = {
     "cross_bytes": lambda probe, tolerance: cross_bytes(probe),
     "encoder_once": lambda probe, tolerance: encoder_once(probe),
     "text_only": text_only,
+    "media_calls": media_calls,
     "codebook_parity": codebook_parity,
     "codebook_generate": codebook_generate,
 }

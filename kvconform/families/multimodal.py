@@ -21,6 +21,7 @@ from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import MediaInputs, special_token_ids, text_ids
+from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import prefix_lm_types
 from kvconform.probe.cache_io import new_cache
 from kvconform.probe.decode import ProbePlan
@@ -102,8 +103,9 @@ def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: MediaInp
 
 
 def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int, int], MediaInputs],
-                     noun: str) -> tuple[FamilyRun, FamilyRun, str]:
-    """(run with the media, text-only run, how the media was made); the media run's plan counts its placeholders.
+                     noun: str) -> tuple[FamilyRun, FamilyRun, list[GenerateCall], str]:
+    """(run with the media, text-only run, the generate() calls through one instance, how the media was made); the
+    media run's plan counts its placeholders.
 
     ``media(model, batch, seed)`` makes one image or waveform per row; ``noun`` names it in the recipe.
     """
@@ -120,4 +122,14 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     with_media = drive(model, media_plan, _driver(model, media_plan, prompt, probe, forbidden))
     recipe = (f"{probe.recipe}, {probe.tokens_per_row} {noun} tokens at positions "
               f"{TEXT_BEFORE_MEDIA}-{TEXT_BEFORE_MEDIA + probe.tokens_per_row - 1} of a {prompt.shape[1]}-token prompt")
-    return with_media, text_only, recipe
+    other = media(model, plan.batch_size, plan.seed + 1)
+
+    text_model = inner_language_model(model) or model
+
+    def inputs(ids: torch.Tensor, item: MediaInputs | None, prompt_length: int) -> dict[str, Any]:
+        media_inputs = item.for_sequence(model, ids) if item is not None else {}
+        return {**media_inputs, **_segments(model if item is not None else text_model, prompt_length)(ids)}
+
+    calls = generate_calls(model, text_model, text, [(f"an {noun}", prompt, probe), (f"another {noun}", prompt, other)],
+                           plan.decode_steps, inputs, forbidden)
+    return with_media, text_only, calls, recipe

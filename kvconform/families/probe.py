@@ -13,6 +13,7 @@ from kvconform.families.decode import FamilyRun
 from kvconform.families.encoder_decoder import probe_encoder_decoder
 from kvconform.families.geometry import cross_attention_geometry, self_attention_geometry
 from kvconform.families.inputs import image_inputs
+from kvconform.families.media_calls import GenerateCall
 from kvconform.families.multimodal import probe_multimodal
 from kvconform.probe.decode import ProbePlan, ProbeRecord
 
@@ -56,6 +57,8 @@ class FamilyProbe:
     """How the synthetic inputs were shaped (image recipe, encoder input)."""
     cross: CrossHalf | None = None
     text_only: ProbeRecord | None = None
+    calls: list[GenerateCall] | None = None
+    """A multimodal model's generate() calls through one instance: text, an image, another, text again."""
     codebook: CodebookHeads | None = None
 
 
@@ -69,9 +72,10 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     config = model.config
     if family in MEDIA:
         make, noun = MEDIA[family]
-        with_media, text_only, recipe = probe_multimodal(model, plan, make, noun)
+        with_media, text_only, calls, recipe = probe_multimodal(model, plan, make, noun)
         explanation = f"{explain(config)}; inputs: {recipe}"
-        return FamilyProbe(with_media.record, cache_geometry(config), explanation, recipe, text_only=text_only.record)
+        return FamilyProbe(with_media.record, cache_geometry(config), explanation, recipe, text_only=text_only.record,
+                           calls=calls)
     if family in ENCODER_DECODER:
         result = probe_encoder_decoder(model, plan)
         geometry, explanation = self_attention_geometry(config)
