@@ -204,15 +204,16 @@ def main_forwards(model: Model) -> Iterator[list[Forward]]:
             del cache.crop
 
 
-#: Fixed length as transformers' own assisted-decoding tests make it: an EOS id no token has. min_new_tokens would build
-#: a MinLengthLogitsProcessor, and up to 5.2 the candidate generator raises on one ("Passing `MinLengthLogitsProcessor`
-#: when using `assisted_generation is disabled", candidate_generator.py; 5.3 drops it from the drafts instead).
+#: Up to 5.2 the candidate generator refuses the MinLengthLogitsProcessor that min_new_tokens builds (candidate_generator.py;
+#: 5.3 drops it from the drafts instead), in these words.
+MIN_LENGTH_REFUSED = "Passing `MinLengthLogitsProcessor` when using `assisted_generation is disabled"
+#: Fixed length there as transformers' own assisted-decoding tests make it: an EOS id no token has, no min_new_tokens.
 NEVER_STOP = {"eos_token_id": -1, "min_new_tokens": None}
 
 
 def _config(model: Model, cache: str, new: int, **extra: Any) -> Any:
     return fixed_length_config(model, new, output_logits=True, return_dict_in_generate=True, **cache_implementation(cache),
-                               **NEVER_STOP, **extra)
+                               **extra)
 
 
 @contextmanager
@@ -273,7 +274,16 @@ def run_assisted(model: Model, plan: Any, drafters: tuple[str, ...] = DRAFTERS, 
                  windows: list[int] | None = None, inputs_for: Adapter = causal_inputs) -> AssistedRecord:
     """Greedy ``generate()`` and each drafter's over one prompt, against one uncached pass over greedy's sequence;
     ``other_attention``: the cell runs an attention other than the model's own (then only windowed models run it);
-    ``windows``: of the (decoder) layers, from the model's cache geometry by default; ``inputs_for``: the family's adapter."""
+    ``windows``: of the (decoder) layers, from the model's cache geometry by default; ``inputs_for``: the family's adapter.
+    Fixed length comes from ``min_new_tokens`` as users set it; where the release refuses that, from ``NEVER_STOP``."""
+    record = _assisted(model, plan, drafters, other_attention, windows, inputs_for, {})
+    if any(run.error and MIN_LENGTH_REFUSED in run.error for run in record.runs):
+        record = _assisted(model, plan, drafters, other_attention, windows, inputs_for, NEVER_STOP)
+    return record
+
+
+def _assisted(model: Model, plan: Any, drafters: tuple[str, ...], other_attention: bool, windows: list[int] | None,
+              inputs_for: Adapter, stop: dict[str, Any]) -> AssistedRecord:
     try:
         windows = windows_of(cache_geometry(model.config)) if windows is None else windows
     except Exception as exc:  # noqa: BLE001 - a config the geometry cannot read fails this check, with its words
@@ -287,7 +297,7 @@ def run_assisted(model: Model, plan: Any, drafters: tuple[str, ...] = DRAFTERS, 
     prompt_length = prompt.shape[1]
     try:
         with main_forwards(model) as fed:
-            greedy = model.generate(**inputs.kwargs, generation_config=_config(model, plan.cache, new, **inputs.config))
+            greedy = model.generate(**inputs.kwargs, generation_config=_config(model, plan.cache, new, **inputs.config, **stop))
     except Exception as exc:  # noqa: BLE001 - a crash of plain generate() fails this check only
         words = f"{type(exc).__name__}: {exc}"[:500]
         if isinstance(exc, TypeError) and "generate() missing" in str(exc):  # a generate() of its own, of other inputs
@@ -302,7 +312,7 @@ def run_assisted(model: Model, plan: Any, drafters: tuple[str, ...] = DRAFTERS, 
                             float(torch.nan_to_num(reference.float()).abs().max()), windows, [])
     for drafter in drafters:
         try:
-            run = _run(model, plan, drafter, inputs, new, reference, record.greedy_tokens, positioned)
+            run = _run(model, plan, drafter, inputs, new, reference, record.greedy_tokens, positioned, stop)
         except ValueError as exc:
             if any(refusal in str(exc) for refusal in REFUSALS):  # transformers' own refusal, in its words
                 record.not_applicable = f"generate() refuses: {exc}"[:500]
@@ -315,14 +325,14 @@ def run_assisted(model: Model, plan: Any, drafters: tuple[str, ...] = DRAFTERS, 
 
 
 def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int, reference: torch.Tensor,
-         greedy: list[int], positioned: bool) -> AssistedRun:
+         greedy: list[int], positioned: bool, stop: dict[str, Any]) -> AssistedRun:
     extra, assistant = _drafter_kwargs(model, drafter, plan.seed)
     prompt = inputs.prompt
 
     def once() -> tuple[list[int], list[torch.Tensor], list[Forward]]:
         with main_forwards(model) as forwards, drafting(assistant if assistant is not None else model):
             out = model.generate(**inputs.kwargs, **({"assistant_model": assistant} if assistant is not None else {}),
-                                 generation_config=_config(model, plan.cache, new, **inputs.config, **extra))
+                                 generation_config=_config(model, plan.cache, new, **inputs.config, **extra, **stop))
         return out.sequences[0, prompt.shape[1] :].tolist(), list(out.logits), forwards
 
     def deltas(tokens: list[int], logits: list[torch.Tensor]) -> list[float]:
