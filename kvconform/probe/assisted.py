@@ -62,6 +62,9 @@ OTHER_ATTENTION_DRAFTERS = ("random",)
 #: Why a cell of another attention skips the path on a model without windowed layers.
 NO_WINDOW = ("the model has no sliding-window or chunked-attention layers, so under another attention assisted decoding "
              "takes the masks the model's own attention cell runs (pruned: docs/cache-paths.md)")
+#: The same where no window is crossed: every window is longer than the runs the path makes (a real checkpoint's 512).
+WINDOW_NOT_CROSSED = ("its windows {windows} are longer than the {limit} tokens the path crosses, so under another attention "
+                      "assisted decoding takes the masks the model's own attention cell runs (pruned: docs/cache-paths.md)")
 
 
 @dataclass
@@ -236,7 +239,11 @@ def _drafter_kwargs(model: Model, drafter: str, seed: int) -> tuple[dict[str, An
 
 def _not_applicable(model: Model, windows: list[int], other_attention: bool) -> str | None:
     reason = crop_support(type(model))
-    return NO_WINDOW if reason is None and other_attention and not windows else reason
+    if reason is None and other_attention and not windows:
+        return NO_WINDOW
+    if reason is None and other_attention and min(windows) > MAX_CROSSED_WINDOW:
+        return WINDOW_NOT_CROSSED.format(windows=windows, limit=MAX_CROSSED_WINDOW)
+    return reason
 
 
 @dataclass
