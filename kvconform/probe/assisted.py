@@ -161,7 +161,8 @@ def main_forwards(model: Model) -> Iterator[list[Forward]]:
     model drafting for itself. A forward's sequence position follows from the one before it and the ``crop`` generate()
     asked of the main cache in between (its draft rollback), whatever the cache then holds."""
     forwards: list[Forward] = []
-    depth, kept, watched = [0], [None], []
+    depth, watched = [0], []
+    kept: list[int | None] = [None]
     generate = model.generate
 
     def nested(*args: Any, **kwargs: Any) -> Any:

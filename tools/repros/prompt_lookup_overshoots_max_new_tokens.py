@@ -12,13 +12,14 @@ generation/utils.py:3796 in 5.14.1). The tokens up to max_new_tokens equal greed
 Exit 1 when prompt lookup returns more tokens than greedy generate() (or others), else 0.
 """
 import sys
+from typing import Any
 
 import torch
 import transformers
 
 TRANSFORMERS = "<5.14"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
 
-CONFIG = {"vocab_size": 256, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
+CONFIG: dict[str, Any] = {"vocab_size": 256, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_layers": 2, "num_heads": 4,
           "decoder_start_token_id": 0, "pad_token_id": 0, "eos_token_id": 1}
 NEW_TOKENS = 6
 
