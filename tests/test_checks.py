@@ -260,3 +260,25 @@ def test_a_result_carries_plain_data_even_when_a_check_left_a_tensor_in_it() -> 
     assert data["details"] == {"lengths": [6, 7], "pair": ([1, 2], "a")}
     assert type(data["details"]["lengths"][0]) is int
     json.dumps(data)
+
+
+def test_media_calls_names_where_the_text_prompt_parts_from_its_first_call():
+    """State that reaches cached and uncached passes alike shows only as other tokens the second time: the check says
+    from which generated token and row, and passes when the calls agree."""
+    from types import SimpleNamespace
+
+    from kvconform.families.checks import media_calls
+    from kvconform.families.media_calls import GenerateCall
+    from kvconform.matrix import Tolerance
+
+    def calls(again: list[list[int]]) -> SimpleNamespace:
+        return SimpleNamespace(calls=[GenerateCall("the text-only prompt", [[1, 2, 3]], 1e-6, 5.0),
+                                      GenerateCall("an image", [[4, 5, 6]], 2e-6, 5.0),
+                                      GenerateCall("the text-only prompt again", again, 1e-6, 5.0)])
+
+    tolerance = Tolerance(1e-5, 3e-5)
+    assert media_calls(calls([[1, 2, 3]]), tolerance).passed
+    leaked = media_calls(calls([[1, 9, 3]]), tolerance)
+    assert not leaked.passed
+    assert ("the text-only prompt again returns other tokens than the first time, from generated token 1 (rows [0]: [9] "
+            "vs [2]): state an earlier call left on the model") in leaked.message, leaked.message

@@ -14,6 +14,7 @@ from kvconform.checks.table import CHECK_TABLE, FAMILY_CHECKS
 from kvconform.families import CROSS_HALF
 from kvconform.families.probe import CrossHalf, FamilyProbe
 from kvconform.matrix import Tolerance
+from kvconform.probe.calls import parted_at
 from kvconform.results import CheckResult
 
 
@@ -109,9 +110,10 @@ def media_calls(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
     problems += [f"{call.what}: cached logits leave the uncached pass over its tokens (max |Δ| {call.max_abs_delta:.3g} > "
                  f"limit {limits[call.what]:.3g})" for call in calls if not call.error and call.max_abs_delta > limits[call.what]]
     first, again = calls[0], calls[-1]
-    if not (first.error or again.error) and first.tokens != again.tokens:
-        problems.append(f"{again.what} returns other tokens than the first time ({again.tokens} vs {first.tokens}): state "
-                        "an earlier call left on the model")
+    parted = None if first.error or again.error else parted_at(again.tokens, first.tokens)
+    if parted is not None:
+        problems.append(f"{again.what} returns other tokens than the first time, {parted}: state an earlier call left "
+                        "on the model")
     worst = max((call.max_abs_delta for call in calls if not call.error), default=0.0)
     limit = min(limits.values()) if limits else 0.0
     order = ", ".join(call.what for call in calls)

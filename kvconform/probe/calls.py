@@ -51,7 +51,7 @@ def _config(model: Model, steps: int, use_cache: bool = True) -> Any:
     return fixed_length_config(model, steps, use_cache, return_dict_in_generate=True)
 
 
-def _parted(got: list[list[int]], want: list[list[int]]) -> str | None:
+def parted_at(got: list[list[int]], want: list[list[int]]) -> str | None:
     """``generated token k (rows …): a vs b`` where two token lists first part, or ``None``."""
     if len(got) != len(want) or any(len(a) != len(b) for a, b in zip(got, want, strict=False)):
         return f"{[len(a) for a in got]} tokens per row against {[len(b) for b in want]}"
@@ -63,7 +63,7 @@ def _parted(got: list[list[int]], want: list[list[int]]) -> str | None:
 
 
 def _compare(record: CallsRecord, what: str, got: list[list[int]], want: list[list[int]], against: str) -> None:
-    parted = _parted(got, want)
+    parted = parted_at(got, want)
     if parted is None:
         record.checked.append(what)
     else:
@@ -189,13 +189,13 @@ def _second_prompt(model: Model, plan: Any, vocab: int, record: CallsRecord) -> 
     cached = _new_tokens(padded, prompt.shape[1] + EXTRA_PADDING)
     uncached = _new_tokens(_generate(model, prompt, mask, _config(model, steps, use_cache=False), record,
                                      "the second prompt's uncached generate()"), prompt.shape[1])
-    parted = _parted(cached, uncached)
+    parted = parted_at(cached, uncached)
     if parted is None:
         record.checked.append(what)
         return
     unpadded = _new_tokens(_generate(model, prompt, mask, _config(model, steps), record, "the second prompt unpadded"),
                            prompt.shape[1])
-    again = _parted(unpadded, uncached)
+    again = parted_at(unpadded, uncached)
     cause = ("the extra left padding changes the tokens (unpadded, the cached call gives the uncached tokens)" if again is None
              else f"unpadded too, the cached call parts from the uncached one {again}")
     record.problems.append(f"{what}: tokens part from its own unpadded uncached generate() {parted}; {cause}")
