@@ -4,6 +4,8 @@ path fails that path's check with a located message."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -178,8 +180,10 @@ def test_a_prefill_split_that_follows_the_static_cache_names_it(runner):
     blames no cache read."""
     parity = run_checks(runner, _spec("gpt_neo"), "float32", "static", "eager")["parity"]
     assert not parity.passed and parity.details["diagnosis"] == "prefill differs", parity.message
-    assert ("before any cache entry was read, so this is not a cache-read fault: a prefill into an empty plain "
-            "DynamicCache agrees (|Δ| 0), so the prefill changes with the cell's StaticCache") in parity.message
+    found = re.search(r"before any cache entry was read, so this is not a cache-read fault: a prefill into an empty plain "
+                      r"DynamicCache agrees \(\|Δ\| ([^)]+)\), so the prefill changes with the cell's StaticCache", parity.message)
+    # The plain prefill's distance is rounding (0 on one CPU, 2e-06 on another): within the cell's limit.
+    assert found and float(found.group(1)) <= parity.figure.limit, parity.message
 
 
 def test_beam_is_not_applicable_where_the_models_generate_refuses_it_and_musicgen_generate_runs(runner):
