@@ -202,12 +202,15 @@ def _check_report_dir(config: pytest.Config) -> None:
 
 
 def _share_cores(workers: int) -> None:
-    """Give each xdist worker its share of the cores: oversubscribed BLAS threads cost more than they give."""
+    """Give each xdist worker its share of the cores: oversubscribed BLAS threads cost more than they give. A process
+    given fewer threads (``OMP_NUM_THREADS``: a run started by a process that holds only a share itself) keeps them."""
     import os
 
     import torch
 
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, workers)))
+    share = max(1, (os.cpu_count() or 1) // max(1, workers))
+    given = os.environ.get("OMP_NUM_THREADS", "")
+    torch.set_num_threads(min(share, int(given)) if given.isdigit() and int(given) > 0 else share)
 
 
 def resolve_matrix(config: pytest.Config) -> Matrix:

@@ -119,8 +119,7 @@ class CellRunner:
                 from kvconform.families.probe import probe_family
 
                 probe = probe_family(model, plan, cell.spec.family)
-                if check_applies("assisted", cell):
-                    _family_assisted(model, plan, probe.record)
+                _family_paths(model, plan, cell, probe)
                 return CellOutcome(probe.record, None, probe.geometry, probe.explanation, self._load_s, model_type, family=probe)
             record = run_probe(model, plan)
             record.extras.update(run_extras(model, plan, cell, master, record.timings))
@@ -130,17 +129,28 @@ class CellRunner:
             return CellOutcome(error=exc, load_s=self._load_s, model_type=model_type, path_failure=failure)
 
 
-def _family_assisted(model: Any, plan: ProbePlan, record: ProbeRecord) -> None:
-    """An encoder-decoder cell's assisted decoding: the one assisted path with the family's adapter (timed)."""
+def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
+    """A family cell's generate() paths: the one generate, beam and assisted paths given the family's adapter (timed)."""
     from kvconform.families.encoder_decoder import assisted_inputs
     from kvconform.families.geometry import self_attention_geometry
     from kvconform.probe.assisted import run_assisted
+    from kvconform.probe.decode import run_generate
+    from kvconform.probe.generation import run_beam
     from kvconform.probe.window import windows_of
 
-    start = time.perf_counter()
-    windows = windows_of(self_attention_geometry(model.config)[0])
-    record.extras["assisted"] = run_assisted(model, plan, windows=windows, inputs_for=assisted_inputs)
-    record.timings["assisted_s"] = time.perf_counter() - start
+    record, inputs = probe.record, probe.generate_inputs
+    runs = {"generate": lambda: run_generate(model, inputs, plan.decode_steps, plan.cache),
+            "beam": lambda: run_beam(model, plan, inputs),
+            "assisted": lambda: run_assisted(model, plan, windows=windows_of(self_attention_geometry(model.config)[0]),
+                                             inputs_for=assisted_inputs)}
+    for name, run in runs.items():
+        if check_applies(name, cell) and (inputs is not None or name == "assisted"):
+            start = time.perf_counter()
+            if name == "generate":
+                record.generate = run()
+            else:
+                record.extras[name] = run()
+            record.timings[f"{name}_s"] = time.perf_counter() - start
 
 
 def _already_placed(master: Any, cell: Cell) -> bool:

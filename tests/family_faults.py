@@ -13,6 +13,9 @@
   placeholders took none (the count of text tokens only), so every position after the audio is shifted back;
 - ``image_state_kept``: Qwen2-VL's generate() keeps something of the last image request on the model and adds it to
   the logits of every later text-only request: state one call leaves on the model for the next;
+- ``cached_generate_drops_the_image``: LLaVA's forward drops the image generate() encoded once (``mm_encoder_outputs``)
+  when a cache is given, so a cached generate() prefills its placeholders as text ids; the uncached generate() and the
+  hand-driven decode (which passes the pixel values) keep the image;
 - ``codebook_reads_another_codebook``: MusicGen's decode steps embed codebook 1's stream from codebook 0's ids, so the
   K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched).
 """
@@ -26,6 +29,7 @@ from typing import Any
 
 import torch
 from transformers.cache_utils import EncoderDecoderCache
+from transformers.models.llava.modeling_llava import LlavaModel
 from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
 from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
 from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioForConditionalGeneration
@@ -134,6 +138,18 @@ def _image_state_kept() -> list[Patch]:
     return [(Qwen2VLForConditionalGeneration, "generate", generate)]
 
 
+def _cached_generate_drops_the_image() -> list[Patch]:
+    original = LlavaModel.forward
+
+    @functools.wraps(original)
+    def forward(self: Any, *args: Any, cache: Any = None, mm_encoder_outputs: Any = None, **kwargs: Any) -> Any:
+        if cache is not None:  # generate() hands the image it encoded once as mm_encoder_outputs: the cached run drops it
+            mm_encoder_outputs = None
+        return original(self, *args, cache=cache, mm_encoder_outputs=mm_encoder_outputs, **kwargs)
+
+    return [(LlavaModel, "forward", forward)]
+
+
 def _codebook_crossed() -> list[Patch]:
     original = MusicgenDecoder.forward
 
@@ -156,6 +172,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "lm_positions_restart_after_image": _lm_positions_restart,
     "positions_restart_after_audio": _audio_positions_restart,
     "image_state_kept": _image_state_kept,
+    "cached_generate_drops_the_image": _cached_generate_drops_the_image,
     "codebook_reads_another_codebook": _codebook_crossed,
 }
 

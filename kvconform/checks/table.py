@@ -21,6 +21,9 @@ FULL_PRECISION = ("dynamic", "static")
 #: The quantized cache kinds (``matrix.QUANTIZED_KINDS``; kept here, as the matrix reads this table).
 QUANTIZED_KINDS = ("quantized", "quanto-int4", "quanto-int2", "hqq-int4", "hqq-int2")
 CAUSAL = (CAUSAL_LM,)
+#: The families whose generate() paths (greedy with and without the cache, beam search) run through the one probe code,
+#: given each family's prompt (``probe.generate_inputs``); codebook decoders' generate() is their own check.
+GENERATE_PATHS = (CAUSAL_LM, *MULTIMODAL, *ENCODER_DECODER)
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     # prefix_reuse or crop on an attention-variant cell repeated the same check's on the model's default cell (49) or
     # the cell's own parity failure (4) (docs/performance.md, "What the matrix prunes").
     CheckInfo("generate", "generate() with and without the cache picks the same greedy tokens",
-              enabled_by="generate", float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL,
+              enabled_by="generate", float32_only=True, caches=FULL_PRECISION, attention="default", families=GENERATE_PATHS,
               reuse_path=True),
     CheckInfo("ragged", "a left-padded batch: each row matches its own unpadded uncached pass", enabled_by="ragged",
               caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
@@ -97,7 +100,7 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
               float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
     # With the model's own attention: on 5.24 every beam failure of an eager cell repeated its sdpa cell's (docs/performance.md).
     CheckInfo("beam", "beam search with and without the cache returns the same beams and scores", enabled_by="beam",
-              float32_only=True, caches=("dynamic",), attention="default", families=CAUSAL),
+              float32_only=True, caches=("dynamic",), attention="default", families=GENERATE_PATHS),
     CheckInfo("reorder", "reorder_cache on a prefilled cache equals prefilling the rows in that order", enabled_by="beam",
               float32_only=True, caches=("static", *QUANTIZED_KINDS), families=CAUSAL),
     CheckInfo("padded_generate", "generate() on a left-padded batch picks the same tokens with and without the cache",

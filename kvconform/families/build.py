@@ -57,6 +57,12 @@ def _shrink_towers(values: dict[str, Any]) -> None:
         values["window_size"] = TOWER_SIZES["patch_size"] * int(values["spatial_merge_size"]) * 2
     if isinstance(values.get("fullatt_block_indexes"), list):
         values["fullatt_block_indexes"] = [TOWER_SIZES["depth"] - 1]
+    if isinstance(values.get("deepstack_visual_indexes"), list) and values["deepstack_visual_indexes"]:
+        # Published checkpoints take deepstack features from blocks of their tower (Qwen3-VL: [8, 16, 24] of 27 blocks,
+        # Granite-Docling [3, 7, 10]); left at those, the 2-block shrunk tower (depth / num_hidden_layers 2) yields none,
+        # a layout no checkpoint has (generate()'s beam expansion indexes the first feature: generation/utils.py
+        # _expand_multimodal_outputs). One per block of the shrunk tower:
+        values["deepstack_visual_indexes"] = list(range(TOWER_SIZES["depth"]))
     for key, value in list(values.items()):
         if isinstance(value, dict):
             _shrink_towers(value)

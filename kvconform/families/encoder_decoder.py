@@ -21,6 +21,7 @@ from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import IMAGE_INPUTS, encoder_inputs, special_token_ids, text_ids
 from kvconform.probe.assisted import AssistedInputs
 from kvconform.probe.decode import ProbePlan
+from kvconform.probe.generate_inputs import GenerateInputs
 
 
 @dataclass
@@ -31,6 +32,8 @@ class EncoderDecoderRun:
     encoder_length: int
     encoder_calls: int
     recipe: str
+    generate_inputs: GenerateInputs
+    """The encoder input and decoder prompt as ``generate()`` takes them (the family's adapter of the generate paths)."""
 
 
 def cross_layers(cache: Any) -> list[Any]:
@@ -109,7 +112,19 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
         run = drive(model, plan, driver)
     finally:
         hook.remove()
-    return EncoderDecoderRun(run, int(encoded["outputs"][0].shape[1]), encoded["calls"], encoder_in.recipe)
+    return EncoderDecoderRun(run, int(encoded["outputs"][0].shape[1]), encoded["calls"], encoder_in.recipe,
+                             _generate_inputs(model, encoder_in.tensors, prompt))
+
+
+def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: torch.Tensor) -> GenerateInputs:
+    """The probe's encoder input and decoder prompt as ``generate()`` takes them, with the decoder start token the
+    prompt begins with (a bare config leaves it None; generate() refuses none). A Whisper-style ``generate()`` (it
+    checks ``decoder_input_ids`` itself: generation_whisper.py) gets the encoder input only, as users call it, and
+    starts from its own decoder start tokens."""
+    start = {"decoder_start_token_id": int(prompt[0, 0])}
+    if hasattr(type(model), "_check_decoder_input_ids"):
+        return GenerateInputs(dict(tensors), 1, start)
+    return GenerateInputs({**tensors, "decoder_input_ids": prompt}, prompt.shape[1], start)
 
 
 def assisted_inputs(model: Model, plan: ProbePlan, length: int) -> AssistedInputs:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -25,6 +25,7 @@ from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import prefix_lm_types
 from kvconform.probe.cache_io import new_cache
 from kvconform.probe.decode import ProbePlan
+from kvconform.probe.generate_inputs import GenerateInputs
 
 #: Text tokens before the media; the rest of the prompt follows it.
 TEXT_BEFORE_MEDIA = 2
@@ -102,9 +103,23 @@ def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: MediaInp
     )
 
 
+@dataclass
+class MultimodalRun:
+    """A vision- or audio-language cell's runs, and what its generate() paths are given."""
+
+    with_media: FamilyRun
+    text_only: FamilyRun
+    calls: list[GenerateCall]
+    """The generate() calls through one instance: text, the media, other media, text again."""
+    recipe: str
+    """How the media was made and where its placeholders sit in the prompt."""
+    generate_inputs: GenerateInputs
+    """The media prompt as ``generate()`` takes it (the family's adapter of the one generate and beam paths)."""
+
+
 def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int, int], MediaInputs],
-                     noun: str) -> tuple[FamilyRun, FamilyRun, list[GenerateCall], str]:
-    """(run with the media, text-only run, the generate() calls through one instance, how the media was made); the
+                     noun: str) -> MultimodalRun:
+    """The runs with the media and text only, the generate() calls through one instance, and the generate() inputs; the
     media run's plan counts its placeholders.
 
     ``media(model, batch, seed)`` makes one image or waveform per row; ``noun`` names it in the recipe.
@@ -132,4 +147,8 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
 
     calls = generate_calls(model, text_model, text, [(f"an {noun}", prompt, probe), (f"another {noun}", prompt, other)],
                            plan.decode_steps, inputs, forbidden)
-    return with_media, text_only, calls, recipe
+    # Placeholder and special ids are never generated, as the decode loop never picks them: an uncached generate()
+    # would otherwise count a generated placeholder as one more image token.
+    given = GenerateInputs({"input_ids": prompt, "attention_mask": torch.ones_like(prompt), **inputs(prompt, probe, prompt.shape[1])},
+                           prompt.shape[1], {"suppress_tokens": sorted(forbidden)})
+    return MultimodalRun(with_media, text_only, calls, recipe, given)

@@ -16,6 +16,7 @@ from kvconform.families.inputs import image_inputs
 from kvconform.families.media_calls import GenerateCall
 from kvconform.families.multimodal import probe_multimodal
 from kvconform.probe.decode import ProbePlan, ProbeRecord
+from kvconform.probe.generate_inputs import GenerateInputs
 
 #: Per decoder-only multimodal family: (its media per row, the noun its placeholders are named by).
 MEDIA = {VISION_LANGUAGE: (image_inputs, "image"), AUDIO_LANGUAGE: (audio_inputs, "audio")}
@@ -60,6 +61,8 @@ class FamilyProbe:
     calls: list[GenerateCall] | None = None
     """A multimodal model's generate() calls through one instance: text, an image, another, text again."""
     codebook: CodebookHeads | None = None
+    generate_inputs: GenerateInputs | None = None
+    """The cell's prompt as ``generate()`` takes it: what the one generate and beam paths are given (the adapter)."""
 
 
 def _half_record(run: FamilyRun, name: str) -> ProbeRecord:
@@ -72,10 +75,10 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     config = model.config
     if family in MEDIA:
         make, noun = MEDIA[family]
-        with_media, text_only, calls, recipe = probe_multimodal(model, plan, make, noun)
-        explanation = f"{explain(config)}; inputs: {recipe}"
-        return FamilyProbe(with_media.record, cache_geometry(config), explanation, recipe, text_only=text_only.record,
-                           calls=calls)
+        run = probe_multimodal(model, plan, make, noun)
+        explanation = f"{explain(config)}; inputs: {run.recipe}"
+        return FamilyProbe(run.with_media.record, cache_geometry(config), explanation, run.recipe, text_only=run.text_only.record,
+                           calls=run.calls, generate_inputs=run.generate_inputs)
     if family in ENCODER_DECODER:
         result = probe_encoder_decoder(model, plan)
         geometry, explanation = self_attention_geometry(config)
@@ -85,7 +88,7 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
             result.encoder_calls, result.run.half_storage[CROSS_HALF],
         )
         inputs = f"encoder: {result.recipe} -> {result.encoder_length} encoder positions"
-        return FamilyProbe(result.run.record, geometry, explanation, inputs, cross=cross)
+        return FamilyProbe(result.run.record, geometry, explanation, inputs, cross=cross, generate_inputs=result.generate_inputs)
     if family == TEXT_TO_AUDIO:
         codes = probe_codebook(model, plan)
         geometry, explanation = self_attention_geometry(config)

@@ -37,6 +37,7 @@ from kvconform.probe.cache_io import (
 from kvconform.probe.calls import CallsRecord, run_calls
 from kvconform.probe.chunked import ChunkedRecord, run_chunked, run_chunked_generate
 from kvconform.probe.crop import run_crop
+from kvconform.probe.generate_inputs import GenerateInputs
 from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.quantized import IntQuantizedRecord, QuantizedKVRecord
@@ -301,7 +302,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     generate = None
     if plan.generate:
         start = time.perf_counter()
-        generate = run_generate(model, prompt, plan.decode_steps, plan.cache)
+        generate = run_generate(model, GenerateInputs.of_ids(prompt), plan.decode_steps, plan.cache)
         timings["generate_s"] = time.perf_counter() - start
     if chunked is not None and chunked.steps and plan.cache == "dynamic":  # the path users run, with generate()'s own cache
         start = time.perf_counter()
@@ -482,16 +483,13 @@ def _kv_pairs(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: tor
     return pairs
 
 
-def run_generate(model: Model, prompt: torch.Tensor, steps: int, cache: str = "dynamic",
-                 attention_mask: torch.Tensor | None = None) -> GenerateRecord:
+def run_generate(model: Model, inputs: GenerateInputs, steps: int, cache: str = "dynamic") -> GenerateRecord:
     """Greedy generate with (``cache_implementation`` of ``cache``) and without the cache; where they part, the uncached top-2 margin."""
-
-    mask = torch.ones_like(prompt) if attention_mask is None else attention_mask
     try:
-        runs = _generate_both(model, prompt, mask, steps, cache)
+        runs = _generate_both(model, inputs, steps, cache)
     except Exception as exc:  # noqa: BLE001 - a generate() crash fails the generate check only
         return GenerateRecord([], [], None, None, error=f"{type(exc).__name__}: {exc}"[:500])
-    new = prompt.shape[1]
+    new = inputs.prompt_length
     cached, uncached = runs[True].sequences[:, new:], runs[False].sequences[:, new:]
     differs = (cached != uncached).any(dim=0).nonzero()
     first = int(differs[0]) if len(differs) else None
@@ -506,10 +504,10 @@ def run_generate(model: Model, prompt: torch.Tensor, steps: int, cache: str = "d
     )
 
 
-def _generate_both(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: int, cache: str) -> dict[bool, Any]:
+def _generate_both(model: Model, inputs: GenerateInputs, steps: int, cache: str) -> dict[bool, Any]:
     runs = {}
     for use_cache in (True, False):
-        config = fixed_length_config(model, steps, use_cache, output_scores=True, return_dict_in_generate=True,
+        config = fixed_length_config(model, steps, use_cache, output_scores=True, return_dict_in_generate=True, **inputs.config,
                                      **(cache_implementation(cache, model.config) if use_cache else {}))
-        runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=mask)
+        runs[use_cache] = model.generate(**inputs.kwargs, generation_config=config)
     return runs

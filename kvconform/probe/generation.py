@@ -18,6 +18,7 @@ import torch
 from kvconform.build.models import Model
 from kvconform.probe.cache_io import cache_implementation, fixed_length_config, input_device, make_prompt
 from kvconform.probe.decode import GenerateRecord, run_generate
+from kvconform.probe.generate_inputs import GenerateInputs
 
 #: Beams in the beam-search check: enough that reordering moves rows between beams.
 NUM_BEAMS = 3
@@ -48,7 +49,7 @@ def _prompt(model: Model, plan: Any) -> torch.Tensor:
 def run_padded_generate(model: Model, plan: Any) -> GenerateRecord:
     """Greedy ``generate()`` on a left-padded batch, with and without the cell's cache."""
     padded, mask = left_padded(_prompt(model, plan))
-    return run_generate(model, padded, plan.decode_steps, plan.cache, attention_mask=mask)
+    return run_generate(model, GenerateInputs.of_ids(padded, mask), plan.decode_steps, plan.cache)
 
 
 @dataclass
@@ -72,30 +73,30 @@ class BeamRecord:
 
 
 @torch.inference_mode()
-def run_beam(model: Model, plan: Any) -> BeamRecord:
-    """Beam search over the probe's prompt, with and without the cell's cache.
+def run_beam(model: Model, plan: Any, inputs: GenerateInputs | None = None) -> BeamRecord:
+    """Beam search over the probe's prompt (``inputs``: a family adapter's), with and without the cell's cache.
 
     Like the greedy generate() path, it starts from the model's own generation config (its decoder start token
     and the like), which a model whose generate() does not merge it in (musicgen) would otherwise never see.
     """
 
-    prompt = _prompt(model, plan)
+    inputs = inputs if inputs is not None else GenerateInputs.of_ids(_prompt(model, plan))
     runs = {}
     try:
         for use_cache in (True, False):
             config = fixed_length_config(
                 model, plan.decode_steps, use_cache, num_beams=NUM_BEAMS, num_return_sequences=NUM_BEAMS,
-                early_stopping=False, length_penalty=1.0, output_scores=True, return_dict_in_generate=True,
+                early_stopping=False, length_penalty=1.0, output_scores=True, return_dict_in_generate=True, **inputs.config,
                 **(cache_implementation(plan.cache, model.config) if use_cache else {}),
             )
-            runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+            runs[use_cache] = model.generate(**inputs.kwargs, generation_config=config)
     except ValueError as exc:
         if any(refusal in str(exc) for refusal in REFUSALS):  # transformers' own refusal of beam search for this model
             return BeamRecord([], [], [], [], None, not_applicable=f"generate() refuses: {exc}"[:500])
         return BeamRecord([], [], [], [], None, error=f"{type(exc).__name__}: {exc}"[:500])
     except Exception as exc:  # noqa: BLE001 - a crash fails the beam check only
         return BeamRecord([], [], [], [], None, error=f"{type(exc).__name__}: {exc}"[:500])
-    new = prompt.shape[1]
+    new = inputs.prompt_length
     cached, uncached = runs[True].sequences[:, new:], runs[False].sequences[:, new:]
     differs = (cached != uncached).any(dim=0).nonzero()
     return BeamRecord(
