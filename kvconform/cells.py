@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvconform.checks.table import CHECK_ORDER, CHECKS
-from kvconform.families import CAUSAL_LM
+from kvconform.families import CAUSAL_LM, FAMILY_CACHES
 from kvconform.matrix import QUANTIZED_KINDS, Matrix, ModelSpec, Tolerance, missing_backend
 from kvconform.plan import NOT_APPLICABLE
 from kvconform.probe.ragged_rows import ragged_row_lengths
@@ -63,11 +63,11 @@ def untestable(check: str, cell: Cell) -> str | None:
 
 
 def cache_axes(spec: ModelSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The caches and attentions ``spec`` runs: its settings' for causal LMs; the dynamic cache with the model's
-    own attention for the other families (the cache-path axes are built for causal LMs only)."""
+    """The caches and attentions ``spec`` runs: its settings' for causal LMs; for the other families those of its
+    settings' caches the family runs (``FAMILY_CACHES``), with the model's own attention."""
     if spec.family == CAUSAL_LM:
         return spec.settings.caches, spec.settings.attentions
-    return ("dynamic",), (DEFAULT_ATTENTION,)
+    return tuple(cache for cache in spec.settings.caches if cache in FAMILY_CACHES[spec.family]), (DEFAULT_ATTENTION,)
 
 
 #: Why a cell of the matrix axes is not planned (``plan.unplanned`` of a report; plain text a diff can group).

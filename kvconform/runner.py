@@ -106,7 +106,7 @@ class CellRunner:
             locate_tolerance=None if cell.cache in QUANTIZED_KINDS else cell.tolerance,
         )
         try:
-            reason = cell_support(master, cell.cache, cell.attn) if cell.spec.family == CAUSAL_LM else None
+            reason = cell_support(master, cell.cache, cell.attn) if cell.spec.family == CAUSAL_LM or cell.cache != "dynamic" else None
             if reason is not None:
                 return CellOutcome(load_s=self._load_s, model_type=model_type, not_applicable=reason)
             model = self._model_for(master, cell)

@@ -1,41 +1,48 @@
-"""The one generate() and beam paths on family cells: each family's adapter gives them its prompt (an image, an
-encoder input), the runner runs them as for causal LMs, and the same checks judge them."""
+"""The cache paths of family cells: the one generate() and beam paths, given each family's prompt (an image, an encoder
+input) by its adapter and judged by the same checks as for causal LMs, and the static cache (both halves of an
+encoder-decoder's, sliding layers crossed with an image in the prompt)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvconform.cells import Cell
-from kvconform.checks import record_checks as checks
 from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families import checks as family_checks
 from kvconform.matrix import ModelSpec, Settings
 from kvconform.results import CheckResult
-from kvconform.runner import CellRunner
+from kvconform.runner import CellOutcome, CellRunner
 from tests.conftest import TOLERANCES
 from tests.family_faults import planted as planted_family_fault
 from tests.faults import planted
 
-MODELS = {"llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE, "t5": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ,
-          "qwen2_audio": AUDIO_LANGUAGE}
-GENERATE_PATHS = ("generate", "beam")
+MODELS = {"llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE, "gemma3": VISION_LANGUAGE, "t5": SEQ2SEQ,
+          "whisper": SPEECH_SEQ2SEQ, "qwen2_audio": AUDIO_LANGUAGE}
 
 
-def _cell(model_type: str) -> Cell:
-    settings = Settings(dtypes=("float32",), devices=("cpu",), tolerances=TOLERANCES, generate=True, beam=True)
+def _cell(model_type: str, cache: str = "dynamic") -> Cell:
+    settings = Settings(dtypes=("float32",), devices=("cpu",), caches=("dynamic", "static"), tolerances=TOLERANCES,
+                        generate=True, beam=True)
     family = MODELS[model_type]
     return Cell(ModelSpec(id=f"{model_type}-family", source="synthetic", location=model_type, settings=settings, family=family),
-                "float32", "cpu", "dynamic", "sdpa")
+                "float32", "cpu", cache, "sdpa")
 
 
-def _results(runner: CellRunner, model_type: str) -> dict[str, CheckResult]:
-    """Probe the family cell afresh (faults are planted around this call): the core checks and the generate paths."""
-    cell = _cell(model_type)
+def _outcome(runner: CellRunner, model_type: str, cache: str = "dynamic") -> CellOutcome:
+    cell = _cell(model_type, cache)
     runner.outcomes.pop(cell.id, None)
     outcome = runner.outcome(cell)
     assert outcome.error is None, outcome.error
-    record = outcome.record
-    return {name: checks.run_check(name, record, outcome.geometry, outcome.explanation, cell.tolerance)
-            for name in ("parity", "growth", "shapes", "bytes", *GENERATE_PATHS)}
+    return outcome
+
+
+def _results(runner: CellRunner, model_type: str, cache: str = "dynamic") -> dict[str, CheckResult]:
+    """Probe the family cell afresh (faults are planted around this call) and run every check of the table the cell
+    runs: the core checks, the generate paths and the family's own."""
+    outcome, cell = _outcome(runner, model_type, cache), _cell(model_type, cache)
+    results = family_checks.run_all_family(outcome.family, cell.spec.family, cell.tolerance)
+    assert "generate" in results and ("beam" in results) == (cache == "dynamic"), sorted(results)
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +57,45 @@ def test_generate_and_beam_run_on_every_family_and_pass_healthy(runner, model_ty
     assert not failed, failed
     assert results["generate"].measured == "8/8 equal", results["generate"].message
     assert "num_beams=3, 6 returned beams: the same beams" in results["beam"].message, results["beam"].message
+
+
+@pytest.mark.parametrize("model_type", sorted(MODELS))
+def test_static_family_cells_pass_healthy_with_static_layers_in_every_half(runner, model_type):
+    """The static cache as generate(cache_implementation="static") builds it: an encoder-decoder's two halves are
+    StaticCaches (the cross half sized to the encoder output), and every core, family and generate check passes."""
+    results = _results(runner, model_type, "static")
+    failed = {name: result.message for name, result in results.items() if not result.passed}
+    assert not failed, failed
+    outcome = runner.outcomes[_cell(model_type, "static").id]
+    layers = {state.layer_class for step in outcome.record.steps for state in step.layers}
+    assert layers and all(kind.startswith("Static") for kind in layers), layers
+    if outcome.family.cross is not None:
+        cross = {state.layer_class for step in outcome.family.cross.record.steps for state in step.layers}
+        assert cross == {"StaticLayer"}, cross
+
+
+def test_a_static_sliding_window_with_an_image_in_the_prompt_is_crossed(runner):
+    """Gemma 3's sliding layers in a static cache longer than their window, with the image's tokens in a prompt longer
+    than the window: the sliding layers hold the window from the prefill on, the full-attention layers the whole."""
+    results = _results(runner, "gemma3", "static")
+    assert all(result.passed for result in results.values()), {n: r.message for n, r in results.items() if not r.passed}
+    record = runner.outcomes[_cell("gemma3", "static").id].record
+    window = runner._master.config.text_config.sliding_window
+    assert record.max_cache_len > window and record.plan.prompt_length > window, (record.max_cache_len, window)
+    stored = {state.layer_class: state.keys_shape[-2] for state in record.steps[-1].layers}
+    assert stored == {"StaticSlidingWindowLayer": window, "StaticLayer": record.max_cache_len}, stored
+
+
+@pytest.mark.parametrize(("fault", "model_type"), [("static_wrong_slot", "llava"), ("static_wrong_slot", "t5"),
+                                                   ("static_window_no_roll", "gemma3")])
+def test_a_static_cache_fault_is_caught_and_located_on_a_family_cell(runner, fault, model_type):
+    """Faults of the static layers (a decoded token written one slot late; a full sliding window that does not roll)
+    fail the static family cell's parity with the first K/V divergence named; the dynamic cell does not see them."""
+    with planted(fault):
+        static = _results(runner, model_type, "static")
+        dynamic = _results(runner, model_type)
+    assert not static["parity"].passed and "first K/V divergence at layer" in static["parity"].message, static["parity"].message
+    assert all(result.passed for result in dynamic.values()), {n: r.message for n, r in dynamic.items() if not r.passed}
 
 
 @pytest.mark.parametrize("model_type", ["llava", "t5"])
@@ -67,8 +113,8 @@ def test_beam_search_that_never_reorders_the_cache_is_caught_on_a_family_cell(ru
 def test_a_cached_generate_that_loses_the_image_is_caught():
     """The generate() path's own fault: LLaVA's cached generate() prefills without the pixel values. The hand-driven
     decode keeps the image (parity, growth, shapes and bytes pass); generate() with and without the cache part, and so
-    do the beams."""
+    do the beams and the generate() calls through one instance (media_calls, whose calls build the cache too)."""
     with planted_family_fault("cached_generate_drops_the_image"):
         results = _results(CellRunner(), "llava")
-    assert {name for name, result in results.items() if not result.passed} == {"generate", "beam"}, results
+    assert {name for name, result in results.items() if not result.passed} == {"generate", "beam", "media_calls"}, results
     assert results["generate"].message.startswith("greedy tokens part at generated token 0"), results["generate"].message

@@ -20,6 +20,13 @@ FAMILIES = (CAUSAL_LM, VISION_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, AUDIO_LANGUAGE,
 MULTIMODAL = (VISION_LANGUAGE, AUDIO_LANGUAGE)
 ENCODER_DECODER = (SEQ2SEQ, SPEECH_SEQ2SEQ)
 
+#: The caches a family cell runs, of its settings' (the cache-path axes beyond them are built for causal LMs only): the
+#: static cache, as generate(cache_implementation="static") builds it, for the families whose drivers take a cache.
+#: Codebook decoders keep the dynamic cache (their driver builds none); the quantized cache is judged by its fp8 design,
+#: which only the causal probe computes.
+FAMILY_CACHES = {VISION_LANGUAGE: ("dynamic", "static"), AUDIO_LANGUAGE: ("dynamic", "static"),
+                 SEQ2SEQ: ("dynamic", "static"), SPEECH_SEQ2SEQ: ("dynamic", "static"), TEXT_TO_AUDIO: ("dynamic",)}
+
 #: Suffix of a family sweep's ids (``t5-s2s``): a model_type can be in several families (bart: causal-lm and seq2seq).
 ID_SUFFIX = {VISION_LANGUAGE: "vl", SEQ2SEQ: "s2s", SPEECH_SEQ2SEQ: "speech", AUDIO_LANGUAGE: "al", TEXT_TO_AUDIO: "ta"}
 

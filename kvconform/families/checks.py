@@ -195,7 +195,8 @@ def run_family_check(name: str, probe: FamilyProbe, tolerance: Tolerance) -> Che
 
 
 def run_all_family(probe: FamilyProbe, family: str, tolerance: Tolerance) -> dict[str, CheckResult]:
-    """Every check of the table a cell of ``family`` runs, in table order (as the suites run them)."""
+    """Every check of the table a cell of ``family`` and the record's cache runs, in table order (as the suites run them)."""
+    cache = probe.record.plan.cache
     return {check.name: run_family_check(check.name, probe, tolerance) if check.name in FAMILY_CHECKS
             else checks.run_check(check.name, probe.record, probe.geometry, probe.explanation, tolerance)
-            for check in CHECK_TABLE if family in check.families}
+            for check in CHECK_TABLE if family in check.families and (check.caches is None or cache in check.caches)}

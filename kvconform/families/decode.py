@@ -162,12 +162,20 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         timings["locate_s"] = time.perf_counter() - start
     record = ProbeRecord(
         plan=plan, dtype=str(next(model.parameters()).dtype).removeprefix("torch."), cache_class=type(cache).__name__,
-        max_cache_len=None, steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
+        max_cache_len=_max_cache_len(cache, plan.cache), steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
         divergence=divergence, prefix_instability=unstable, topk_ties=ties, generate=None, timings=timings,
     )
     row_deltas = [(step_logits.float() - reference_steps[:, k, :].float()).abs().nan_to_num(nan=float("inf")).amax(-1).tolist()
                   for k, step_logits in enumerate(logits)]
     return FamilyRun(record, halves, storage, cache, full, row_deltas)
+
+
+def _max_cache_len(cache: Any, kind: str) -> int | None:
+    """A static cell's preallocated length: the longest of its layers' (a sliding layer holds at most its window), of the
+    self-attention half of an encoder-decoder cache."""
+    lengths = [getattr(layer, "max_cache_len", None) for layer in cache_layers(cache)]
+    known = [length for length in lengths if isinstance(length, int)]
+    return max(known) if kind == "static" and known else None
 
 
 def _pairs(decoded: list[Any], fresh: list[Any]) -> list[Any]:

@@ -66,23 +66,26 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
     encoder_in = encoder_inputs(model, plan.batch_size, max(2, plan.prompt_length - 1), plan.seed, forbidden)
     start = torch.full((plan.batch_size, 1), _decoder_start(model))
     prompt = torch.cat([start, text_ids(plan.batch_size, plan.prompt_length - 1, plan.seed, vocab, forbidden)], dim=1).to(device)
-    calls = []
-    hook = model.get_encoder().register_forward_hook(lambda *_: calls.append(1))
     encoded: dict[str, Any] = {}
-
     encoder = model.get_encoder()
     alone = set(encoder_in.tensors) <= set(inspect.signature(encoder.forward).parameters)
     # The encoder's mask (Pix2Struct's padded patches) goes to every decoder call, as generate() keeps it.
     mask = {k: v for k, v in encoder_in.tensors.items() if k == "attention_mask" and "input_ids" not in encoder_in.tensors}
     image = bool(set(encoder_in.tensors) & set(IMAGE_INPUTS))
+    # A static cell's cross half is sized to the encoder output, as generate() sizes it: measured before the counted run.
+    static = (_static_cache(model, plan.prompt_length + plan.decode_steps, _encoder_length(model, encoder_in.tensors, prompt, alone))
+              if plan.cache == "static" else None)
+    calls = []
+    hook = encoder.register_forward_hook(lambda *_: calls.append(1))
+    given = {keyword: static} if static is not None else {}
 
     def prefill() -> Any:
         # As generate() does: the encoder once, then every decoder call reads its output. An encoder over text with
         # the image merged in by the outer model (Florence-2) runs inside the outer forward of the prefill.
         if alone:
             encoded["outputs"] = encoder(**encoder_in.tensors)
-            return decoder(prompt, True)
-        output = model(**encoder_in.tensors, decoder_input_ids=prompt, use_cache=True)
+            return decoder(prompt, True, **given)
+        output = model(**encoder_in.tensors, decoder_input_ids=prompt, use_cache=True, **given)
         encoded["outputs"] = BaseModelOutput(last_hidden_state=output.encoder_last_hidden_state)
         return output
 
@@ -114,6 +117,24 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
         hook.remove()
     return EncoderDecoderRun(run, int(encoded["outputs"][0].shape[1]), encoded["calls"], encoder_in.recipe,
                              _generate_inputs(model, encoder_in.tensors, prompt))
+
+
+def _encoder_length(model: Model, tensors: dict[str, torch.Tensor], prompt: torch.Tensor, alone: bool) -> int:
+    """Positions of the encoder output the decoder's cross-attention reads."""
+    if alone:
+        return int(model.get_encoder()(**tensors)[0].shape[1])
+    return int(model(**tensors, decoder_input_ids=prompt[:, :1], use_cache=False).encoder_last_hidden_state.shape[1])
+
+
+def _static_cache(model: Model, length: int, encoder_length: int) -> Any:
+    """The two-half static cache generate(cache_implementation="static") builds for an encoder-decoder: a StaticCache of
+    ``length`` for the decoder's self-attention and one of the encoder length for its cross-attention
+    (generation/utils.py ``_prepare_cache_for_generation``)."""
+    from transformers import EncoderDecoderCache, StaticCache
+
+    config = model.config.get_text_config(decoder=True)
+    return EncoderDecoderCache(StaticCache(config=config, max_cache_len=length),
+                               StaticCache(config=config, max_cache_len=encoder_length))
 
 
 def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: torch.Tensor) -> GenerateInputs:

@@ -117,6 +117,16 @@ class MultimodalRun:
     """The media prompt as ``generate()`` takes it (the family's adapter of the one generate and beam paths)."""
 
 
+def _forget_rope_deltas(model: Model) -> None:
+    """Multimodal-rotary models keep the last prompt's ``rope_deltas`` on the instance, and a forward over a text-only
+    prompt does not replace them (modeling_qwen2_vl.py:1093-1116); generate() sets them at every prefill
+    (modeling_qwen2_vl.py:1340-1366). The hand-driven decode of the cell starts from a fresh instance's (None), as an
+    earlier cell's generate() on the same instance would otherwise leave its image's deltas to a text-only decode."""
+    for module in model.modules():
+        if getattr(module, "rope_deltas", None) is not None:
+            module.rope_deltas = None
+
+
 def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int, int], MediaInputs],
                      noun: str) -> MultimodalRun:
     """The runs with the media and text only, the generate() calls through one instance, and the generate() inputs; the
@@ -124,6 +134,7 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
 
     ``media(model, batch, seed)`` makes one image or waveform per row; ``noun`` names it in the recipe.
     """
+    _forget_rope_deltas(model)
     probe = media(model, plan.batch_size, plan.seed)  # before the text: its placeholder id is no text id
     forbidden = special_token_ids(model.config) | {probe.token_id}
     vocab = model.config.get_text_config(decoder=True).vocab_size
@@ -145,8 +156,9 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
         media_inputs = item.for_sequence(model, ids) if item is not None else {}
         return {**media_inputs, **_segments(model if item is not None else text_model, prompt_length)(ids)}
 
+    # The media_calls check runs on dynamic cells only (checks/table.py): the calls build generate()'s own cache.
     calls = generate_calls(model, text_model, text, [(f"an {noun}", prompt, probe), (f"another {noun}", prompt, other)],
-                           plan.decode_steps, inputs, forbidden)
+                           plan.decode_steps, inputs, forbidden) if plan.cache == "dynamic" else []
     # Placeholder and special ids are never generated, as the decode loop never picks them: an uncached generate()
     # would otherwise count a generated placeholder as one more image token.
     given = GenerateInputs({"input_ids": prompt, "attention_mask": torch.ones_like(prompt), **inputs(prompt, probe, prompt.shape[1])},
