@@ -84,6 +84,20 @@ def test_encoder_decoder_halves_come_from_the_config(family_model):
     assert "decoder_layers=2" in results["shapes"].message and "S = encoder length 64" in results["cross_shapes"].message
 
 
+def test_an_encoder_shrunk_unlike_its_decoder_leaves_the_cache_geometry_to_the_decoder(family_model):
+    """The shrunk encoder has 3 layers and 2 heads, the decoder 2 and 4: Whisper's config aliases num_key_value_heads to
+    the encoder's heads (attribute_map), so the decoder's H_kv comes from decoder_attention_heads, and both halves of
+    the cache have the decoder's layers and heads; T5 sizes its encoder by num_layers."""
+    config = family_model("whisper").config
+    assert (config.encoder_layers, config.encoder_attention_heads, config.decoder_layers, config.decoder_attention_heads) == (3, 2, 2, 4)
+    assert config.num_key_value_heads == 2, "the alias reads the encoder's heads"
+    _, results = probe_and_check(family_model("whisper"), SPEECH_SEQ2SEQ)
+    assert "H_kv=4 from decoder_attention_heads (no KV-head field: MHA)" in results["shapes"].message, results["shapes"].message
+    assert all(results[name].passed for name in ("shapes", "bytes", "cross_shapes", "cross_bytes")), results
+    t5 = family_model("t5").config
+    assert (t5.num_layers, t5.num_decoder_layers) == (3, 2)
+
+
 def test_t5_head_size_is_d_kv(family_model):
     probe, results = probe_and_check(family_model("t5"), SEQ2SEQ)
     assert "head_dim=16 from d_kv" in results["shapes"].message

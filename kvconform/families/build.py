@@ -42,6 +42,24 @@ TOWER_SIZES = {
     # Gemma-3-style pooling of the patch grid to this many tokens: 4 × 4 patches pooled to 2 × 2.
     "mm_tokens_per_image": 4,
 }
+#: An encoder-decoder's encoder shrunk unlike its decoder (3 layers and 2 heads against 2 and 4), where the config
+#: sizes them apart: a cache geometry read from the encoder's fields, or cross-attention K/V shaped by the encoder's
+#: heads, then differs from the decoder's own. T5-style configs name the encoder's layer count ``num_layers``.
+ENCODER_SIZES = {"encoder_layers": 3, "num_encoder_layers": 3, "encoder_attention_heads": 2, "num_encoder_attention_heads": 2}
+T5_ENCODER_LAYERS = ("num_layers", "num_decoder_layers")
+
+
+def _unequal_halves(values: dict[str, Any]) -> None:
+    """``ENCODER_SIZES`` in place on a top-level encoder-decoder config, for fields that have a decoder counterpart."""
+    for key, size in ENCODER_SIZES.items():
+        decoder = key.replace("encoder", "decoder")
+        if _is_positive(values.get(key)) and _is_positive(values.get(decoder)):
+            values[key] = size
+    layers, decoder_layers = T5_ENCODER_LAYERS
+    if _is_positive(values.get(layers)) and _is_positive(values.get(decoder_layers)):
+        values[layers] = ENCODER_SIZES["encoder_layers"]
+
+
 #: Multimodal rotary sections the modeling code uses when the config gives none (Qwen2-VL: 16, 24, 24 of 64).
 DEFAULT_MROPE_SECTION = (16, 24, 24)
 HEAD_DIM = SIZES["head_dim"]
@@ -143,6 +161,8 @@ def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, A
     if family == VISION_LANGUAGE:
         _fit_mrope(merged)
         _scale_grid(merged, full)
+    if family in (SEQ2SEQ, SPEECH_SEQ2SEQ):
+        _unequal_halves(merged)
     # Only what changed goes back in (sub-configs whole), as the causal shrink does.
     values = {key: value for key, value in merged.items() if value != full.get(key)}
     merge_overrides(values, fixes)

@@ -16,7 +16,12 @@ from kvconform.families import CROSS_HALF, SELF_HALF
 
 
 def _get(config: Any, *names: str) -> tuple[Any, str | None]:
+    """The first of ``names`` the config sets, skipping a name its class aliases to an encoder field (Whisper maps
+    ``num_key_value_heads`` to ``encoder_attention_heads``: the decoder's own heads are another field)."""
+    aliases = getattr(type(config), "attribute_map", {}) or {}
     for name in names:
+        if str(aliases.get(name, "")).startswith("encoder"):
+            continue
         value = getattr(config, name, None)
         if value is not None and not isinstance(value, bool):
             return value, name
