@@ -80,7 +80,7 @@ def _shrink_towers(values: dict[str, Any]) -> None:
         # Granite-Docling [3, 7, 10]); left at those, the 2-block shrunk tower (depth / num_hidden_layers 2) yields none,
         # a layout no checkpoint has (generate()'s beam expansion indexes the first feature: generation/utils.py
         # _expand_multimodal_outputs). One per block of the shrunk tower:
-        values["deepstack_visual_indexes"] = list(range(TOWER_SIZES["depth"]))
+        values["deepstack_visual_indexes"] = list(range(int(TOWER_SIZES["depth"])))
     for key, value in list(values.items()):
         if isinstance(value, dict):
             _shrink_towers(value)
