@@ -62,8 +62,9 @@ def test_family_cells_run_their_family_checks_only() -> None:
                                        "codebook_parity")
                    if check_applies(check, cell)} for name, cell in cells.items()}
     assert runs["llama"] == {"parity", "bytes", "generate"}  # ragged is off in these defaults
-    assert runs["t5-s2s"] == {"parity", "bytes", "cross_growth", "encoder_once"}
-    assert runs["llava-vl"] == runs["qwen2_audio-al"] == {"parity", "bytes", "text_only"}
+    # The one generate() path runs on vision-, audio-language and encoder-decoder cells too (given their prompt).
+    assert runs["t5-s2s"] == {"parity", "bytes", "generate", "cross_growth", "encoder_once"}
+    assert runs["llava-vl"] == runs["qwen2_audio-al"] == {"parity", "bytes", "generate", "text_only"}
     assert runs["musicgen-ta"] == runs["dia-ta"] == {"parity", "bytes", "codebook_parity"}
 
 
@@ -125,14 +126,16 @@ def test_the_default_matrix_runs_or_excludes_every_family_type() -> None:
         assert not run & set(matrix.excluded), family
 
 
-def test_family_cells_run_the_dynamic_cache_with_their_own_attention_only() -> None:
-    """The cache-path axes are causal-LM only: a family sweep under static/quantized/eager defaults gets one cell per dtype."""
+def test_family_cells_run_the_dynamic_and_static_caches_with_their_own_attention_only() -> None:
+    """Of the cache axes a family sweep's cells take the dynamic and static caches (codebook decoders the dynamic one),
+    with the model's own attention: one cell per dtype and cache."""
     raw: dict[str, Any] = {"caches": ["dynamic", "static", "quantized"], "attentions": ["sdpa", "eager"]}
-    matrix = parse([{"id": "llama", "synthetic": "llama", **raw}, {"sweep": "seq2seq", **raw}])
+    matrix = parse([{"id": "llama", "synthetic": "llama", **raw}, {"sweep": "seq2seq", **raw}, {"sweep": "text-to-audio", **raw}])
     paths: dict[str, set[tuple[str, str]]] = {}
     for cell in expand_cells(matrix):
         paths.setdefault(cell.spec.id, set()).add((cell.cache, cell.attn))
-    assert paths["bart-s2s"] == paths["t5-s2s"] == {("dynamic", "sdpa")}
+    assert paths["bart-s2s"] == paths["t5-s2s"] == {("dynamic", "sdpa"), ("static", "sdpa")}
+    assert paths["musicgen-ta"] == {("dynamic", "sdpa")}
     assert paths["llama"] == {("dynamic", "sdpa"), ("dynamic", "eager"), ("static", "sdpa"), ("quantized", "sdpa")}
     # Another attention runs on the dynamic cache only; the report's plan says why the other caches have none.
     left_out = {(cell.cache, cell.attn): reason for cell, reason in plan_cells(matrix)[1]
