@@ -62,10 +62,15 @@ def test_generate_and_beam_run_on_every_family_and_pass_healthy(runner, model_ty
 @pytest.mark.parametrize("model_type", sorted(MODELS))
 def test_static_family_cells_pass_healthy_with_static_layers_in_every_half(runner, model_type):
     """The static cache as generate(cache_implementation="static") builds it: an encoder-decoder's two halves are
-    StaticCaches (the cross half sized to the encoder output), and every core, family and generate check passes."""
+    StaticCaches (the cross half sized to the encoder output), and every core, family and generate check passes; T5's
+    fail only where generate()'s cache takes the encoder's 3 layers (model_matrix.yaml: a model bug with its repro)."""
     results = _results(runner, model_type, "static")
     failed = {name: result.message for name, result in results.items() if not result.passed}
-    assert not failed, failed
+    if model_type == "t5":
+        assert failed.keys() == {"shapes", "cross_shapes"}, failed
+        assert all("cache has 3 layers, the config has 2 decoder layers" in message for message in failed.values()), failed
+    else:
+        assert not failed, failed
     outcome = runner.outcomes[_cell(model_type, "static").id]
     layers = {state.layer_class for step in outcome.record.steps for state in step.layers}
     assert layers and all(kind.startswith("Static") for kind in layers), layers
