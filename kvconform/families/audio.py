@@ -16,6 +16,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.families.inputs import MediaInputs, count_features, encoder_config
+from kvconform.transformers_memo import auto_mapping
 
 #: Length of the synthetic waveform when the tower does not fix it.
 AUDIO_SECONDS = 0.4
@@ -27,10 +28,10 @@ MASK_NAMES = ("feature_attention_mask", "input_features_mask", "audio_attention_
 
 def feature_extractor_class(model_type: str) -> type:
     """The feature extractor class transformers maps for ``model_type`` (its import error if a library is missing)."""
-    from transformers.models.auto.auto_mappings import FEATURE_EXTRACTOR_MAPPING_NAMES
     from transformers.models.auto.feature_extraction_auto import feature_extractor_class_from_name
 
-    name = FEATURE_EXTRACTOR_MAPPING_NAMES.get(model_type)
+    # feature_extraction_auto defines it on every 5.x release (from 5.6 on re-exported from auto_mappings).
+    name = auto_mapping("feature_extraction_auto", "FEATURE_EXTRACTOR_MAPPING_NAMES").get(model_type)
     if name is None:
         raise ValueError(f"transformers maps no feature extractor for {model_type!r}")
     cls = feature_extractor_class_from_name(name)
@@ -92,10 +93,9 @@ def _processor_frame_multiple(model_type: str) -> int:
     Nemotron 3.5 Transcribe's processor pads the spectrogram to whole audio tokens after its feature extractor
     (``processing_nemotron3_5_transcribe.py:314``); the model rejects other lengths.
     """
-    from transformers.models.auto.auto_mappings import PROCESSOR_MAPPING_NAMES
     from transformers.models.auto.processing_auto import processor_class_from_name
 
-    name = PROCESSOR_MAPPING_NAMES.get(model_type)
+    name = auto_mapping("processing_auto", "PROCESSOR_MAPPING_NAMES").get(model_type)
     cls = processor_class_from_name(name) if name else None
     factor = inspect.signature(cls.__init__).parameters.get("subsampling_factor") if cls is not None else None
     return int(factor.default) if factor is not None and isinstance(factor.default, int) else 1

@@ -26,6 +26,7 @@ from kvconform.families.registry import (
     image_encoder_decoder_types,
     text_to_audio_names,
 )
+from kvconform.transformers_memo import auto_mapping
 
 #: Tower sizes, applied to every (sub-)config field of that name whose default is a positive int.
 TOWER_SIZES = {
@@ -176,10 +177,10 @@ def _auto_class_over(name: str, family: str) -> Any:
     """An auto class over a family's mapping (transformers 5.24 has none for audio-text-to-text, and spreads
     text-to-audio over the text-to-waveform, text-to-spectrogram and speech-seq2seq ones)."""
     from transformers.models.auto.auto_factory import _BaseAutoModelClass, _LazyAutoMapping
-    from transformers.models.auto.auto_mappings import CONFIG_MAPPING_NAMES
 
     names = audio_language_names() if family == AUDIO_LANGUAGE else text_to_audio_names()
-    return type(name, (_BaseAutoModelClass,), {"_model_mapping": _LazyAutoMapping(CONFIG_MAPPING_NAMES, OrderedDict(names))})
+    config_names = OrderedDict(auto_mapping("configuration_auto", "CONFIG_MAPPING_NAMES"))  # every 5.x release
+    return type(name, (_BaseAutoModelClass,), {"_model_mapping": _LazyAutoMapping(config_names, OrderedDict(names))})
 
 
 def auto_class(family: str, model_type: str | None = None) -> Any:

@@ -55,7 +55,8 @@ class DecoderHeads:
 def decoder_heads(config: Any) -> DecoderHeads:
     decoder = _decoder_config(config)
     layers, layers_from = _get(decoder, "decoder_layers", "num_decoder_layers", "decoder_num_hidden_layers", "num_hidden_layers", "num_layers")
-    heads, heads_from = _get(decoder, "decoder_attention_heads", "num_decoder_attention_heads", "num_attention_heads", "num_heads")
+    heads, heads_from = _get(decoder, "decoder_attention_heads", "num_decoder_attention_heads", "decoder_num_attention_heads",
+                             "num_attention_heads", "num_heads")
     kv, kv_from = _get(decoder, "decoder_num_key_value_heads", "num_key_value_heads")
     if kv is None:
         kv, kv_from = heads, f"{heads_from} (no KV-head field: MHA)"

@@ -26,6 +26,24 @@ SPEECH_FRAMES = 32
 SPEECH_SAMPLES = 3200
 
 
+#: The ids a model's processor wraps an image's placeholders in, by the config fields that name them: Qwen-VL-style
+#: ``<|vision_start|>`` … ``<|vision_end|>`` (processing_qwen2_vl.py), GLM-4V's and ERNIE's image start/end, Gemma 3's
+#: ``<start_of_image>`` … ``<end_of_image>`` (boi/eoi, processing_gemma3.py). Older releases find the images by the start
+#: id (Qwen2-VL's ``get_rope_index`` and beam expansion before 5.18).
+IMAGE_DELIMITERS = (("vision_start_token_id", "vision_end_token_id"), ("image_start_token_id", "image_end_token_id"),
+                    ("boi_token_id", "eoi_token_id"))
+
+
+def image_delimiters(config: Any) -> tuple[list[int], list[int]]:
+    """The ids before and after an image's placeholders, as the model's processor writes them (none where the config
+    names no start id)."""
+    for start, end in IMAGE_DELIMITERS:
+        first, last = getattr(config, start, None), getattr(config, end, None)
+        if isinstance(first, int) and not isinstance(first, bool):
+            return [first], [last] if isinstance(last, int) and not isinstance(last, bool) else []
+    return [], []
+
+
 def special_token_ids(config: Any) -> set[int]:
     """Every id the config (or a sub-config) names in a ``*_token_id``/``*_token_index``/``*_token_ids`` field."""
     found: set[int] = set()

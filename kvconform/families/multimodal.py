@@ -20,7 +20,7 @@ from transformers import DynamicCache
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.families.decode import Driver, FamilyRun, drive
-from kvconform.families.inputs import MediaInputs, special_token_ids, text_ids
+from kvconform.families.inputs import MediaInputs, image_delimiters, special_token_ids, text_ids
 from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import prefix_lm_types
 from kvconform.probe.cache_io import new_cache
@@ -142,12 +142,16 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     text = text_ids(plan.batch_size, plan.prompt_length, plan.seed, vocab, forbidden).to(device)
     # Text only first: nothing the media run leaves on the model (rope_deltas) can reach it.
     text_only = drive(model, plan, _driver(model, plan, text, None, forbidden))
-    placeholders = torch.full((plan.batch_size, probe.tokens_per_row), probe.token_id, device=device)
+    before, after = image_delimiters(model.config) if noun == "image" else ([], [])
+    row = [*before, *[probe.token_id] * probe.tokens_per_row, *after]
+    placeholders = torch.tensor([row] * plan.batch_size, device=device)
     prompt = torch.cat([text[:, :TEXT_BEFORE_MEDIA], placeholders, text[:, TEXT_BEFORE_MEDIA:]], dim=1)
     media_plan = replace(plan, prompt_length=prompt.shape[1])
     with_media = drive(model, media_plan, _driver(model, media_plan, prompt, probe, forbidden))
+    first = TEXT_BEFORE_MEDIA + len(before)
+    wrapped = f" between the processor's start and end ids {before + after}" if before else ""
     recipe = (f"{probe.recipe}, {probe.tokens_per_row} {noun} tokens at positions "
-              f"{TEXT_BEFORE_MEDIA}-{TEXT_BEFORE_MEDIA + probe.tokens_per_row - 1} of a {prompt.shape[1]}-token prompt")
+              f"{first}-{first + probe.tokens_per_row - 1} of a {prompt.shape[1]}-token prompt{wrapped}")
     other = media(model, plan.batch_size, plan.seed + 1)
 
     text_model = inner_language_model(model) or model
