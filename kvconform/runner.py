@@ -9,7 +9,7 @@ from typing import Any
 
 from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.build.models import load_master, model_in_dtype
-from kvconform.build.support import attention_model, cell_support
+from kvconform.build.support import attention_model, cache_support, cell_support
 from kvconform.cells import Cell, check_applies, untestable
 from kvconform.families import CAUSAL_LM
 from kvconform.matrix import QUANTIZED_KINDS
@@ -106,7 +106,9 @@ class CellRunner:
             locate_tolerance=None if cell.cache in QUANTIZED_KINDS else cell.tolerance,
         )
         try:
-            reason = cell_support(master, cell.cache, cell.attn) if cell.spec.family == CAUSAL_LM or cell.cache != "dynamic" else None
+            # Family cells run the attention from_pretrained picks: only their cache is asked about.
+            reason = (cell_support(master, cell.cache, cell.attn) if cell.spec.family == CAUSAL_LM
+                      else cache_support(type(master), master.config, cell.cache))
             if reason is not None:
                 return CellOutcome(load_s=self._load_s, model_type=model_type, not_applicable=reason)
             model = self._model_for(master, cell)

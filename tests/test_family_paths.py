@@ -16,8 +16,9 @@ from tests.conftest import TOLERANCES
 from tests.family_faults import planted as planted_family_fault
 from tests.faults import planted
 
+#: t5gemma: a decoder with sliding layers (its cross half must have none) and no sdpa (its static cell runs all the same).
 MODELS = {"llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE, "gemma3": VISION_LANGUAGE, "t5": SEQ2SEQ,
-          "whisper": SPEECH_SEQ2SEQ, "qwen2_audio": AUDIO_LANGUAGE}
+          "t5gemma": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "qwen2_audio": AUDIO_LANGUAGE}
 
 
 def _cell(model_type: str, cache: str = "dynamic") -> Cell:

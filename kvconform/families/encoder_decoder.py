@@ -7,6 +7,7 @@ over the whole decoder sequence with the same encoder output. The encoder's call
 
 from __future__ import annotations
 
+import copy
 import inspect
 from dataclasses import dataclass
 from typing import Any
@@ -129,12 +130,19 @@ def _encoder_length(model: Model, tensors: dict[str, torch.Tensor], prompt: torc
 def _static_cache(model: Model, length: int, encoder_length: int) -> Any:
     """The two-half static cache generate(cache_implementation="static") builds for an encoder-decoder: a StaticCache of
     ``length`` for the decoder's self-attention and one of the encoder length for its cross-attention
-    (generation/utils.py ``_prepare_cache_for_generation``)."""
+    (generation/utils.py ``_prepare_static_cache``). Cross-attention reads the whole encoder output: its half has no
+    sliding layers even where the decoder's self-attention has them, as T5Gemma's own ``_prepare_cache_for_generation``
+    builds it (modeling_t5gemma.py:1058-1061)."""
     from transformers import EncoderDecoderCache, StaticCache
 
     config = model.config.get_text_config(decoder=True)
+    cross = copy.deepcopy(config)
+    if getattr(cross, "sliding_window", None) is not None:
+        cross.sliding_window = None
+    if isinstance(getattr(cross, "layer_types", None), list):
+        cross.layer_types = ["full_attention"] * len(cross.layer_types)
     return EncoderDecoderCache(StaticCache(config=config, max_cache_len=length),
-                               StaticCache(config=config, max_cache_len=encoder_length))
+                               StaticCache(config=cross, max_cache_len=encoder_length))
 
 
 def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: torch.Tensor) -> GenerateInputs:

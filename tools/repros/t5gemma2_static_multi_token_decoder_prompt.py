@@ -2,10 +2,8 @@
 
 transformers 5.24.0, modeling_t5gemma2.py:1021-1028 (T5Gemma2Decoder.forward): the decoder concatenates its self-attention
 masks with the cross-attention mask for merged attention, and with a StaticCache and a multi-token decoder prompt the
-self-attention mask it concatenates is None (TypeError: expected Tensor as element 0 in argument 0, but got NoneType);
-driven by hand, the same prefill into EncoderDecoderCache(StaticCache, StaticCache) reaches the merged attention with a
-mask of another width than its keys (modeling_t5gemma2.py:413). The dynamic cache, and the static one from a one-token
-decoder start, run. Exit 1 when the bug reproduces. Needs only torch and transformers (random weights, no download).
+self-attention mask it concatenates is None (TypeError: expected Tensor as element 0 in argument 0, but got NoneType).
+The dynamic cache, and the static one from a one-token decoder start, run. Exit 1 when the bug reproduces. Needs only torch and transformers (random weights, no download).
 """
 import json
 import sys
