@@ -73,20 +73,23 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
     # The encoder's mask (Pix2Struct's padded patches) goes to every decoder call, as generate() keeps it.
     mask = {k: v for k, v in encoder_in.tensors.items() if k == "attention_mask" and "input_ids" not in encoder_in.tensors}
     image = bool(set(encoder_in.tensors) & set(IMAGE_INPUTS))
-    # A static cell's cross half is sized to the encoder output, as generate() sizes it: measured before the counted run.
-    static = (_static_cache(model, plan.prompt_length + plan.decode_steps, _encoder_length(model, encoder_in.tensors, prompt, alone))
-              if plan.cache == "static" else None)
+    length = plan.prompt_length + plan.decode_steps
+    # A static cell's cross half is sized to the encoder output, as generate() sizes it. An encoder run by the outer
+    # forward (below) is measured by one uncached pass before the counted run; otherwise the prefill's own encoder run.
+    outer_length = _outer_encoder_length(model, encoder_in.tensors, prompt) if plan.cache == "static" and not alone else None
     calls = []
     hook = encoder.register_forward_hook(lambda *_: calls.append(1))
-    given = {keyword: static} if static is not None else {}
+
+    def static(encoder_length: int) -> dict[str, Any]:
+        return {keyword: _static_cache(model, length, encoder_length)} if plan.cache == "static" else {}
 
     def prefill() -> Any:
         # As generate() does: the encoder once, then every decoder call reads its output. An encoder over text with
         # the image merged in by the outer model (Florence-2) runs inside the outer forward of the prefill.
         if alone:
             encoded["outputs"] = encoder(**encoder_in.tensors)
-            return decoder(prompt, True, **given)
-        output = model(**encoder_in.tensors, decoder_input_ids=prompt, use_cache=True, **given)
+            return decoder(prompt, True, **static(int(encoded["outputs"][0].shape[1])))
+        output = model(**encoder_in.tensors, decoder_input_ids=prompt, use_cache=True, **static(outer_length or 0))
         encoded["outputs"] = BaseModelOutput(last_hidden_state=output.encoder_last_hidden_state)
         return output
 
@@ -120,10 +123,8 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
                              _generate_inputs(model, encoder_in.tensors, prompt))
 
 
-def _encoder_length(model: Model, tensors: dict[str, torch.Tensor], prompt: torch.Tensor, alone: bool) -> int:
-    """Positions of the encoder output the decoder's cross-attention reads."""
-    if alone:
-        return int(model.get_encoder()(**tensors)[0].shape[1])
+def _outer_encoder_length(model: Model, tensors: dict[str, torch.Tensor], prompt: torch.Tensor) -> int:
+    """Positions of the encoder output the decoder's cross-attention reads, where only the outer forward runs the encoder."""
     return int(model(**tensors, decoder_input_ids=prompt[:, :1], use_cache=False).encoder_last_hidden_state.shape[1])
 
 

@@ -18,6 +18,7 @@ import torch
 from transformers import DynamicCache
 
 from kvconform.build.models import Model
+from kvconform.checks.table import CHECKS
 from kvconform.compat import cache_keyword
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import MediaInputs, image_delimiters, special_token_ids, text_ids
@@ -160,9 +161,10 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
         media_inputs = item.for_sequence(model, ids) if item is not None else {}
         return {**media_inputs, **_segments(model if item is not None else text_model, prompt_length)(ids)}
 
-    # The media_calls check runs on dynamic cells only (checks/table.py): the calls build generate()'s own cache.
+    # Only on the caches the media_calls check runs on (the table's): the calls build generate()'s own cache.
+    caches = CHECKS["media_calls"].caches
     calls = generate_calls(model, text_model, text, [(f"an {noun}", prompt, probe), (f"another {noun}", prompt, other)],
-                           plan.decode_steps, inputs, forbidden) if plan.cache == "dynamic" else []
+                           plan.decode_steps, inputs, forbidden) if caches is None or plan.cache in caches else []
     # Placeholder and special ids are never generated, as the decode loop never picks them: an uncached generate()
     # would otherwise count a generated placeholder as one more image token.
     given = GenerateInputs({"input_ids": prompt, "attention_mask": torch.ones_like(prompt), **inputs(prompt, probe, prompt.shape[1])},
