@@ -418,6 +418,8 @@ def cached_prefill_shift() -> list[Patch]:
 
     No cache entry is read and none is wrong (the K/V are untouched), and a constant shift keeps every argmax and
     log-softmax: only the cached prefill's logits leave the uncached pass, so the diagnosis must not blame a cache read.
+    The shift is made in float32, where it is exact for half-precision logits: rounded in their own dtype, two
+    near-tied logits could become equal and swap the argmax.
     """
     from functools import wraps
 
@@ -432,7 +434,7 @@ def cached_prefill_shift() -> list[Patch]:
         tokens = kwargs["input_ids"].shape[1] if kwargs.get("input_ids") is not None else 1
         output = original(self, *args, **kwargs)
         if kwargs.get("use_cache") and empty and tokens > 1:
-            output.logits = output.logits + output.logits.abs().amax()
+            output.logits = output.logits.float() + output.logits.float().abs().amax()
         return output
 
     return [(LlamaForCausalLM, "forward", forward)]

@@ -63,6 +63,15 @@ def test_parity_fails_on_non_finite_logits():
     assert nonfinite == ["figure.measured", "figure.ratio"]
 
 
+def test_parity_names_the_reference_margin_where_greedy_argmax_differs():
+    record = _record(deltas=(0.0, 0.03, 0.0))
+    record.steps[1] = replace(record.steps[1], cached_argmax=[1, 5], reference_top2_margin=[0.5, 0.0156])
+    result = checks.parity(record, TOL)
+    assert result.details["argmax_disagree_steps"] == [1] and not result.details["argmax_agree"]
+    assert "greedy argmax differs at steps [1] (the reference's top-2 margin: 0.0156 at step 1, whose |Δ| is 0.03)" in result.message
+    assert "greedy argmax agrees at every step" in checks.parity(_record(), TOL).message
+
+
 def test_growth_passes_and_fails_with_the_step():
     assert checks.growth(_record(), GEOMETRY).passed
     stuck = checks.growth(_record(lengths=(4, 5, 5)), GEOMETRY)

@@ -231,7 +231,9 @@ def test_a_split_at_the_prefill_is_not_blamed_on_a_cache_read(llama, dtype):
             "use_cache=True (a prefill into an empty plain DynamicCache differs by") in parity.message
     assert "either side may be the broken one" in parity.message and "first K/V divergence" not in parity.message
     over = [k for k, delta in enumerate(parity.details["step_max_abs_delta"]) if delta > parity.details["tolerance"]]
-    assert over == [0] and parity.details["argmax_agree"], parity.message
+    # The shift keeps the prefill's argmax; a later step's healthy Δ may still swap a random model's near-tied argmax
+    # on one CPU and not another, so only the prefill's is the fault's claim.
+    assert over == [0] and 0 not in parity.details["argmax_disagree_steps"], parity.message
     assert "[prefill differs] its step 0 is a prefill into an empty cache" in results["ragged"].message
 
 

@@ -57,7 +57,7 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
         return CheckResult("parity", False, "non-finite", shown_limit, f"{record.nonfinite} ({record.dtype})", details, figure)
     figure = Figure(worst.max_abs_delta, limit, "logit")
     failing = [s for s in record.steps if s.max_abs_delta > limit]
-    argmax_note = "greedy argmax agrees at every step" if not disagree else f"greedy argmax differs at steps {disagree}"
+    argmax_note = _argmax_note(record.steps, disagree)
     if not failing:
         message = f"max |Δlogit| {measured} at step {worst.step} ≤ {shown_limit} ({_limit_text(tolerance, record)}); {argmax_note}"
         if record.full_precision_delta is not None:
@@ -98,6 +98,19 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
         lines.append(record.replay.describe(limit))
     lines[0] = f"[{diagnosis}] " + lines[0]
     return CheckResult("parity", False, measured, shown_limit, "\n".join(lines), details, figure)
+
+
+def _argmax_note(steps: list[StepRecord], disagree: list[int]) -> str:
+    """Where greedy argmax differs, with the reference's top-2 margin at the first three such steps: a margin within
+    the step's |Δ| is a near-tie that any rounding can swap, a wide one a real change of the greedy token."""
+    if not disagree:
+        return "greedy argmax agrees at every step"
+    margins = []
+    for step in [s for s in steps if s.step in disagree][:3]:
+        rows = [r for r, (a, b) in enumerate(zip(step.cached_argmax, step.reference_argmax, strict=True)) if a != b]
+        margins.append(f"{min(step.reference_top2_margin[r] for r in rows):.3g} at step {step.step}, whose |Δ| is {step.max_abs_delta:.3g}")
+    more = "; …" if len(disagree) > len(margins) else ""
+    return f"greedy argmax differs at steps {disagree} (the reference's top-2 margin: {'; '.join(margins)}{more})"
 
 
 def replay_details(replay: SelectionReplay) -> dict[str, Any]:
