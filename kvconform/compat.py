@@ -30,6 +30,19 @@ def cache_argument(function: Callable[..., Any]) -> str:
     return "cache" if "cache" in inspect.signature(function).parameters else "past_key_values"
 
 
+def mask_builder_inputs(build: Callable[..., Any], embeds: Any, cache: Any, start: int) -> dict[str, Any]:
+    """The embeddings, cache and position arguments of a mask builder (``create_masks_for_generate``) as this release
+    names them: ``inputs_embeds`` (5.4+; ``input_embeds`` before) and the cache keyword of :func:`cache_argument`; up to
+    5.3 also the required ``cache_position``, the positions ``start`` … of the embeddings, as generate() passed it."""
+    params = inspect.signature(build).parameters
+    given = {"inputs_embeds" if "inputs_embeds" in params else "input_embeds": embeds, cache_argument(build): cache}
+    if "cache_position" in params:
+        import torch
+
+        given["cache_position"] = torch.arange(start, start + embeds.shape[1], device=embeds.device)
+    return given
+
+
 def record_past(cache: Any) -> bool:
     """Start recording the past as assisted decoding does where the release has it (``activate_past_recording``,
     5.15+, so conv and recurrent states can be cropped); before it, assisted decoding crops without recording.

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
-from kvconform.compat import all_linear, cache_argument, generation_positions
+from kvconform.compat import all_linear, generation_positions, mask_builder_inputs
 from kvconform.probe.cache_api import ApiRecord
 from kvconform.probe.cache_io import (
     forward_keeping_cache,
@@ -130,9 +130,9 @@ def _mask_as_generate_feeds(model: Model, cache: Any, ids: torch.Tensor, attenti
     if not (isinstance(cache, Cache) and cache.is_compileable and not all_linear(cache)):
         return attention
     build = getattr(model, "create_masks_for_generate", create_masks_for_generate)
-    dtype = next(model.parameters()).dtype
-    return build(config=model.config, inputs_embeds=torch.empty((ids.shape[0], ids.shape[1], 0), dtype=dtype, device=ids.device),
-                 attention_mask=attention, position_ids=positions.get("position_ids"), **{cache_argument(build): cache})
+    embeds = torch.empty((ids.shape[0], ids.shape[1], 0), dtype=next(model.parameters()).dtype, device=ids.device)
+    return build(config=model.config, attention_mask=attention, position_ids=positions.get("position_ids"),
+                 **mask_builder_inputs(build, embeds, cache, attention.shape[1] - ids.shape[1]))
 
 
 @torch.inference_mode()
