@@ -7,6 +7,8 @@ under any release is about the model, not about which release wrote the API.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +43,21 @@ def mask_builder_inputs(build: Callable[..., Any], embeds: Any, cache: Any, star
 
         given["cache_position"] = torch.arange(start, start + embeds.shape[1], device=embeds.device)
     return given
+
+
+@functools.cache
+def mla_caches_latents(model_type: str) -> bool:
+    """Whether this release's multi-head latent attention of ``model_type`` caches the compressed latent and the shared
+    rotary key (5.15+: the attention class defines ``expand_kv``, which rebuilds K/V from them) rather than K/V expanded
+    to every query head (5.0-5.14: ``kv_b_proj`` output and the rotary key, concatenated before ``update``)."""
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    name = model_type_to_module_name(model_type)
+    try:
+        module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+    except ImportError:  # no modeling module of that name: the newest design
+        return True
+    return any(callable(getattr(value, "expand_kv", None)) for value in vars(module).values() if isinstance(value, type))
 
 
 def record_past(cache: Any) -> bool:

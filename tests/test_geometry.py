@@ -22,6 +22,25 @@ def test_mha_without_kv_field_and_head_dim_from_hidden_size():
     assert "hidden_size / num_attention_heads" in explain(config)
 
 
+def test_mla_before_the_latent_cache_stores_k_and_v_per_query_head(monkeypatch):
+    """5.0-5.14's MLA attention (no ``expand_kv``) caches K = nope + rope and V per query head, not the latent."""
+    import kvconform.build.geometry as geometry
+
+    config = AutoConfig.for_model("deepseek_v3", num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                  kv_lora_rank=32, qk_rope_head_dim=8, qk_nope_head_dim=16, v_head_dim=12)
+    assert cache_geometry(config).layers[0].expected_shapes(2, 5, None) == ((2, 1, 5, 32), (2, 1, 5, 8))
+    monkeypatch.setattr(geometry, "mla_caches_latents", lambda model_type: False)
+    assert cache_geometry(config).layers[0].expected_shapes(2, 5, None) == ((2, 4, 5, 24), (2, 4, 5, 12))
+    assert "expanded per query head" in explain(config)
+
+
+def test_the_latent_design_is_read_from_the_releases_attention_class():
+    from kvconform.compat import mla_caches_latents
+
+    assert mla_caches_latents("deepseek_v3") and mla_caches_latents("glm4_moe_lite")  # 5.24: expand_kv
+    assert mla_caches_latents("no_such_model_type")  # no modeling module: the newest design
+
+
 def test_mqa_flags_give_one_kv_head():
     falcon = AutoConfig.for_model("falcon", num_hidden_layers=2, num_attention_heads=4, hidden_size=64, multi_query=True,
                                   new_decoder_architecture=False)

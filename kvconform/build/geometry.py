@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvconform.build.architecture_table import cache_layout_facts
+from kvconform.compat import mla_caches_latents
 
 #: Layer types that keep K/V per token, and how many tokens they keep.
 FULL, SLIDING, NO_KV = "full", "sliding", "no_kv"
@@ -94,13 +95,20 @@ def _get(config: Any, *names: str) -> Any:
     return None
 
 
+def _latent_mla(config: Any) -> bool:
+    """An MLA config (``kv_lora_rank`` set) whose release caches the latent; before 5.15 MLA caches K/V per query head."""
+    return bool(getattr(config, "kv_lora_rank", None)) and mla_caches_latents(getattr(config, "model_type", ""))
+
+
 def kv_heads(config: Any, sliding: bool = False) -> tuple[int, str]:
     """KV heads after GQA/MQA, with the evidence used (sliding layers read ``swa_num_key_value_heads`` if set)."""
     query = int(_get(config, "num_attention_heads", "n_head", "num_heads"))
     if sliding and _get(config, "swa_num_key_value_heads"):
         return int(config.swa_num_key_value_heads), "swa_num_key_value_heads (sliding layer)"
     if getattr(config, "kv_lora_rank", None):
-        return 1, "MLA latent cache (kv_lora_rank set): one shared latent 'head'"
+        if _latent_mla(config):
+            return 1, "MLA latent cache (kv_lora_rank set): one shared latent 'head'"
+        return query, "MLA with K/V expanded per query head (kv_lora_rank set; this release's attention has no expand_kv)"
     if getattr(config, "new_decoder_architecture", None) and _get(config, "num_kv_heads"):
         return int(config.num_kv_heads), "num_kv_heads (new_decoder_architecture)"
     if getattr(config, "multi_query", None) is True:
@@ -126,6 +134,9 @@ def head_dims(config: Any, sliding: bool = False, rotary: bool = True) -> tuple[
     if sliding and _get(config, "swa_head_dim"):
         return int(config.swa_head_dim), int(config.swa_head_dim), "swa_head_dim (sliding layer)"
     rank = getattr(config, "kv_lora_rank", None)
+    if rank and not _latent_mla(config):
+        nope, rope, value = (int(_get(config, name) or 0) for name in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
+        return nope + rope, value, "MLA expanded per head: K = qk_nope_head_dim + qk_rope_head_dim, V = v_head_dim"
     if rank:
         if not rotary:  # the layer projects no rotary key and caches a slot of width 0 (modeling_mistral_large4.py:348)
             return int(rank), 0, "MLA latent: K slot = kv_lora_rank (compressed KV), V slot empty (NoPE layer: no rotary key)"
