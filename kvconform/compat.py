@@ -96,7 +96,7 @@ STATE_LISTS = {"conv_states": "conv", "ssm_states": "ssm"}
 
 def layer_lists(cache: Any) -> list[tuple[Any, Any, dict[str, Any], dict[str, Any]]] | None:
     """``(keys, values, conv states, recurrent states)`` per layer of a cache that keeps parallel lists instead of
-    layer objects, or ``None`` for any other cache."""
+    layer objects (keys and values ``None`` where a layer stores none), or ``None`` for any other cache."""
     keys, values = (getattr(cache, name, None) for name in LAYER_LISTS)
     if not (isinstance(keys, list) and isinstance(values, list) and len(keys) == len(values)):
         return None
@@ -106,7 +106,11 @@ def layer_lists(cache: Any) -> list[tuple[Any, Any, dict[str, Any], dict[str, An
         found = states[name]
         return {STATE_LISTS[name]: found[index]} if isinstance(found, list) and index < len(found) else {}
 
-    return [(k, v, state("conv_states", i), state("ssm_states", i)) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+    def stored(tensor: Any) -> Any:  # an empty layer holds a [B, 0] placeholder (its own test: ``shape[-1] == 0``)
+        return tensor if getattr(tensor, "ndim", 0) == 4 and tensor.shape[-1] else None
+
+    return [(stored(k), stored(v), state("conv_states", i), state("ssm_states", i))
+            for i, (k, v) in enumerate(zip(keys, values, strict=True))]
 
 
 def state_tensors(states: Any) -> list[Any]:

@@ -11,7 +11,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.build.support import QUANTIZED_BACKEND, int_cache_config, quantized_cache
-from kvconform.compat import CACHE_KEYWORDS, layer_lists
+from kvconform.compat import CACHE_KEYWORDS, generation_positions, layer_lists
 from kvconform.matrix import INT_QUANTIZED, QUANTIZED_KINDS
 
 
@@ -41,13 +41,30 @@ def returned_cache(output: Any, passed: Any = None) -> Any:
     return passed
 
 
+def generation_cache(model: Model, input_ids: torch.Tensor | None) -> Any:
+    """The cache ``generate()``'s first step takes from the model's own input preparation, for a model generate() builds
+    none for (``_supports_default_dynamic_cache()`` False: up to 5.4 the hybrid Mamba models' ``prepare_inputs_for_generation``
+    makes their ``HybridMambaAttentionDynamicCache``, which their forward needs and does not build); else ``None``."""
+    supports = getattr(type(model), "_supports_default_dynamic_cache", None)
+    if input_ids is None or supports is None or supports():
+        return None
+    try:
+        prepared = model.prepare_inputs_for_generation(input_ids, use_cache=True, is_first_iteration=True,
+                                                       **generation_positions(model, 0, input_ids.shape[1]))
+    except (TypeError, ValueError, AttributeError):  # input preparation that needs generate()'s own state
+        return None
+    return next((prepared[k] for k in CACHE_KEYWORDS if prepared.get(k) is not None), None)
+
+
 def forward_keeping_cache(model: Model, keyword: str, cache: Any, **inputs: Any) -> tuple[Any, Any]:
     """A ``use_cache`` forward and the cache to feed back next.
 
-    A model that returns no cache object (recurrent_gemma keeps its state inside the layers) gets an
-    explicit ``DynamicCache(config=...)``, which it then updates; without one every later step
-    would restart from an empty state.
+    Without a cache given, the model starts from the cache generate() would give it (:func:`generation_cache`), or
+    builds its own. A model that returns no cache object (recurrent_gemma keeps its state inside the layers) gets an
+    explicit ``DynamicCache(config=...)``, which it then updates; without one every later step would restart from an
+    empty state.
     """
+    cache = cache if cache is not None else generation_cache(model, inputs.get("input_ids"))
     output = model(use_cache=True, **inputs, **({keyword: cache} if cache is not None else {}))
     returned = returned_cache(output, cache)
     if returned is None:
@@ -96,8 +113,8 @@ def cache_layers(cache: Any) -> list[Any]:
 
 @dataclass
 class _LegacyLayer:
-    keys: torch.Tensor
-    values: torch.Tensor
+    keys: torch.Tensor | None
+    values: torch.Tensor | None
     conv_states: dict[str, Any] = field(default_factory=dict)
     recurrent_states: dict[str, Any] = field(default_factory=dict)
 
