@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
-from kvconform.families.processors import NoImageProcessor, processed_images
+from kvconform.families.processors import NoImageProcessor, processed_images, video_processor_class
 
 #: Grid of image patches per image (before any merge of neighbouring patches).
 GRID = 4
@@ -95,14 +95,29 @@ class MediaInputs:
 KOSMOS2_FIRST_IMAGE_TOKEN = 4
 
 
-def image_token_id(config: Any) -> int:
-    for name in ("image_token_id", "image_token_index", "image_token"):
+def image_token_id(config: Any, video: bool = False) -> int:
+    """The placeholder id of the visual input: the image's, or the video's where the tower reads only videos."""
+    names = ("video_token_id", "video_token_index") if video else ("image_token_id", "image_token_index", "image_token")
+    for name in names:
         value = getattr(config, name, None)
         if isinstance(value, int):
             return value
-    if getattr(config, "latent_query_num", None) is not None:
+    if not video and getattr(config, "latent_query_num", None) is not None:
         return KOSMOS2_FIRST_IMAGE_TOKEN
-    raise ValueError(f"{type(config).__name__} names no image_token_id / image_token_index")
+    raise ValueError(f"{type(config).__name__} names no {' / '.join(names[:2])}")
+
+
+#: Frames per video where the tower reads only videos (the model has ``get_video_features`` and no image getter):
+#: InstructBLIP-Video's processor and ``generate()`` take 4 (processing_instructblipvideo.py:104,127 "InstrucBLIP works with
+#: 4 frames only": ``num_query_tokens * 4`` placeholders; modeling_instructblipvideo.py:1310), as its tests do.
+VIDEO_FRAMES = 4
+
+
+def video_only(model: Model) -> bool:
+    """Whether the model's visual input is a video ``[B, frames, C, H, W]``: it has a video getter and no image one."""
+    owners = [model, getattr(model, "model", None)]
+    has = {name for name in ("get_image_features", "get_video_features") for owner in owners if hasattr(owner, name)}
+    return has == {"get_video_features"}
 
 
 def _vision_config(config: Any) -> Any:
@@ -121,11 +136,13 @@ def image_inputs(model: Model, batch: int, seed: int) -> MediaInputs:
     and its number of image tokens (the features the tower makes of it)."""
     device = next(p.device for p in model.parameters())
     try:
+        if video_only(model):  # a video tower: its video processor, not an image processor
+            video_processor_class(model.config.model_type)
         tensors, recipe = processed_images(model, batch, seed)
     except NoImageProcessor as exc:
-        return _config_shaped(model, batch, seed, f"no image processor ({exc}): ")
+        return _config_shaped(model, batch, seed, f"no {'video' if video_only(model) else 'image'} processor ({exc}): ")
     tensors = {k: v.to(device) for k, v in {**tensors, **_query_text(model, batch, seed)}.items()}
-    return MediaInputs(tensors, image_token_id(model.config), count_features(model, tensors) // batch, recipe)
+    return MediaInputs(tensors, image_token_id(model.config, video_only(model)), count_features(model, tensors) // batch, recipe)
 
 
 #: Tokens of the instruction InstructBLIP's processor also gives its Q-Former (``qformer_input_ids``).
@@ -157,13 +174,14 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
     else:
         size = _first(vision, "image_size")
         size = int(size[0] if isinstance(size, (list, tuple)) else size or GRID * patch)
-        tensors = {"pixel_values": torch.randn(batch, channels, size, size, generator=generator).to(dtype)}
-        recipe = f"pixel_values [B, {channels}, {size}, {size}]"
+        frames = [VIDEO_FRAMES] if video_only(model) else []
+        tensors = {"pixel_values": torch.randn(batch, *frames, channels, size, size, generator=generator).to(dtype)}
+        recipe = f"pixel_values [B, {''.join(f'{f} frames, ' for f in frames)}{channels}, {size}, {size}]"
     if not _accepts(model, "pixel_values") and _accepts(model, "pixel_values_images"):
         tensors["pixel_values_images"] = tensors.pop("pixel_values")  # video_llava before transformers 5.24
         recipe = recipe.replace("pixel_values", "pixel_values_images")
     device = next(p.device for p in model.parameters())
-    tensors = {k: v.to(device) for k, v in tensors.items()}
+    tensors = {k: v.to(device) for k, v in {**tensors, **_query_text(model, batch, seed)}.items()}
     try:
         count = count_features(model, tensors)
     except Exception:
@@ -173,11 +191,13 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
         tensors["image_sizes"] = torch.tensor([list(tensors["pixel_values"].shape[-2:])] * batch, device=device)
         count = count_features(model, tensors)
         recipe += " with image_sizes"
-    return MediaInputs(tensors, image_token_id(config), count // batch, why + recipe)
+    return MediaInputs(tensors, image_token_id(config, video_only(model)), count // batch, why + recipe)
 
 
-def count_features(model: Model, tensors: dict[str, torch.Tensor], getter_name: str = "get_image_features") -> int:
-    """How many feature vectors the tower makes of ``tensors`` in all (one image or audio token each)."""
+def count_features(model: Model, tensors: dict[str, torch.Tensor], getter_name: str | None = None) -> int:
+    """How many feature vectors the tower makes of ``tensors`` in all (one image, video or audio token each); the
+    getter is the image one unless named (or the video one of a tower that reads only videos)."""
+    getter_name = getter_name or ("get_video_features" if video_only(model) else "get_image_features")
     getter = getattr(model, getter_name, None) or getattr(model.model, getter_name)
     names = _named(getter)
     inner = getattr(getattr(model, "model", None), getter_name, None)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kvconform.compat import image_processor_backends
+from kvconform.compat import image_processor_backends, video_processor_backends
 
 #: Fields of an image processor that hold a pixel length (or lists/dicts of them), scaled with the tower.
 SPATIAL_FIELDS = ("size", "crop_size", "max_image_size", "min_image_size", "image_grid_pinpoints", "split_resolutions",
@@ -41,6 +41,17 @@ def image_processor_class(model_type: str) -> type:
     if cls is None or getattr(cls, "is_dummy", False):
         raise NoImageProcessor(f"{name} cannot be imported (pillow missing?)")
     return cls
+
+
+def video_processor_class(model_type: str) -> type:
+    """The PIL-backend video processor of ``model_type``; transformers 5 video processors have only a torchvision backend
+    (``BaseVideoProcessor``), so this raises ``NoImageProcessor`` with what it maps."""
+    backends = video_processor_backends(model_type) or {}
+    if "pil" not in backends:  # transformers sets the torchvision name to None where torchvision is missing
+        named = f" {backends['torchvision']}" if backends.get("torchvision") else ""
+        raise NoImageProcessor(f"its video processor{named} has only a torchvision backend" if "torchvision" in backends
+                               else f"this transformers release maps no video processor for {model_type!r}")
+    raise NoImageProcessor(f"{backends['pil']}: video processors are not driven here")
 
 
 def _native_size(defaults: dict[str, Any]) -> int | None:
