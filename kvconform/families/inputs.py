@@ -141,6 +141,11 @@ def image_inputs(model: Model, batch: int, seed: int) -> MediaInputs:
         tensors, recipe = processed_images(model, batch, seed)
     except NoImageProcessor as exc:
         return _config_shaped(model, batch, seed, f"no {'video' if video_only(model) else 'image'} processor ({exc}): ")
+    # An image processor's attention_mask is its patch mask (Kosmos-2.5's flattened patches); a decoder-only forward's
+    # attention_mask is the text's, which replaces it in the processor's output (processing_kosmos2_5.py:77 then :95-99 update the
+    # image encoding with the tokenizer's input_ids and attention_mask), as it replaces it here (the prompt's own mask).
+    if tensors.pop("attention_mask", None) is not None:
+        recipe += " (its attention_mask, a patch mask, replaced by the prompt's as the processor replaces it)"
     tensors = {k: v.to(device) for k, v in {**tensors, **_query_text(model, batch, seed)}.items()}
     return MediaInputs(tensors, image_token_id(model.config, video_only(model)), count_features(model, tensors) // batch, recipe)
 
