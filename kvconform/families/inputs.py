@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
+from kvconform.families.decoders import image_cross_attention
 from kvconform.families.processors import NoImageProcessor, processed_images, video_processor_class
 
 #: Grid of image patches per image (before any merge of neighbouring patches).
@@ -76,17 +77,19 @@ class MediaInputs:
     """Inputs for one image or waveform per row, the placeholder id and how many placeholders each row needs."""
 
     tensors: dict[str, torch.Tensor]
-    token_id: int
+    token_id: int | None
+    """The placeholder id (``None`` where the decoder reads the image by cross-attention: no placeholders)."""
     tokens_per_row: int
     recipe: str
 
     def for_sequence(self, model: Model, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """The image inputs plus what the sequence needs beside them (modality ids for multimodal rotary positions)."""
         extra = {}
+        marks = torch.eq(input_ids, self.token_id if self.token_id is not None else -1).int()  # no placeholder: none marked
         if _accepts(model, "mm_token_type_ids"):
-            extra["mm_token_type_ids"] = (input_ids == self.token_id).int()
+            extra["mm_token_type_ids"] = marks
         if _accepts(model, "image_embeds_position_mask"):  # Kosmos-2 marks the image's positions, not its ids
-            extra["image_embeds_position_mask"] = (input_ids == self.token_id).int()
+            extra["image_embeds_position_mask"] = marks
         return {**self.tensors, **extra}
 
 
@@ -147,6 +150,8 @@ def image_inputs(model: Model, batch: int, seed: int) -> MediaInputs:
     if tensors.pop("attention_mask", None) is not None:
         recipe += " (its attention_mask, a patch mask, replaced by the prompt's as the processor replaces it)"
     tensors = {k: v.to(device) for k, v in {**tensors, **_query_text(model, batch, seed)}.items()}
+    if image_cross_attention(model) is not None:  # its decoder reads the image by cross-attention, not from placeholders
+        return MediaInputs(tensors, None, 0, f"{recipe}, read by the text decoder's cross-attention (no placeholders)")
     return MediaInputs(tensors, image_token_id(model.config, video_only(model)), count_features(model, tensors) // batch, recipe)
 
 
