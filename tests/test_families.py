@@ -16,7 +16,7 @@ from tests.conftest import TOLERANCES
 from tests.family_faults import planted
 
 MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE,
-          "blip-2": VISION_LANGUAGE, "blip": VISION_LANGUAGE, "instructblipvideo": VISION_LANGUAGE, "kosmos-2.5": VISION_LANGUAGE,
+          "blip-2": VISION_LANGUAGE, "blip": VISION_LANGUAGE, "idefics": VISION_LANGUAGE, "instructblipvideo": VISION_LANGUAGE, "kosmos-2.5": VISION_LANGUAGE,
           "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO}
 
@@ -190,6 +190,20 @@ def test_an_image_read_by_cross_attention_is_cached_once_and_located(family_mode
         _, faulty = probe_and_check(family_model("blip"), VISION_LANGUAGE)
     assert "(cross-attention keys): missing column(s)" in faulty["parity"].message, faulty["parity"].message
     assert faulty["text_only"].passed, "a text-only prompt has no image to attend to"
+
+
+def test_an_image_read_at_every_position_reaches_every_decode_step(family_model):
+    """IDEFICS: one <image> between its processor's fake tokens, image_attention_mask from the <image> on; its gated
+    cross-attention keeps no cache, so every decode step gets the image and its mask row again. Steps that attend to no
+    image are caught at the first decoded position; the text-only prompt (a blank image, an all-zero mask) is unaffected."""
+    probe, results = probe_and_check(family_model("idefics"), VISION_LANGUAGE)
+    assert "1 image tokens at positions 3-3 of a 9-token prompt between the processor's start and end ids [256, 256]" in probe.inputs
+    assert all(result.passed for result in results.values()), {n: r.message for n, r in results.items() if not r.passed}
+    with planted("decode_steps_drop_the_image"):
+        faulty, failed = probe_and_check(family_model("idefics"), VISION_LANGUAGE)
+    prompt = faulty.record.plan.prompt_length
+    assert f"layer 0, position {prompt}" in failed["parity"].message, failed["parity"].message
+    assert failed["text_only"].passed, "no position of the text-only prompt attends to an image"
 
 
 def test_a_video_tower_gets_frames_and_its_video_placeholders(family_model):

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -19,6 +19,7 @@ import torch
 from kvconform.build.models import Model
 from kvconform.families.decoders import image_cross_attention
 from kvconform.families.processors import NoImageProcessor, processed_images, video_processor_class
+from kvconform.families.registry import image_placeholders
 
 #: Grid of image patches per image (before any merge of neighbouring patches).
 GRID = 4
@@ -42,7 +43,8 @@ def image_delimiters(config: Any) -> tuple[list[int], list[int]]:
         first, last = getattr(config, start, None), getattr(config, end, None)
         if isinstance(first, int) and not isinstance(first, bool):
             return [first], [last] if isinstance(last, int) and not isinstance(last, bool) else []
-    return [], []
+    given = image_placeholders(getattr(config, "model_type", ""))  # a processor's own ids (IDEFICS), families.yaml
+    return [int(i) for i in given.get("before", [])], [int(i) for i in given.get("after", [])]
 
 
 def special_token_ids(config: Any) -> set[int]:
@@ -82,6 +84,9 @@ class MediaInputs:
     tokens_per_row: int
     recipe: str
 
+    attends: bool = True
+    """False for the blank image a text-only prompt carries where the forward needs one (IDEFICS): no position attends it."""
+
     def for_sequence(self, model: Model, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """The image inputs plus what the sequence needs beside them (modality ids for multimodal rotary positions)."""
         extra = {}
@@ -90,7 +95,36 @@ class MediaInputs:
             extra["mm_token_type_ids"] = marks
         if _accepts(model, "image_embeds_position_mask"):  # Kosmos-2 marks the image's positions, not its ids
             extra["image_embeds_position_mask"] = marks
+        if _accepts(model, IMAGE_ATTENTION_MASK):  # IDEFICS: each position attends to the image from its <image> on
+            extra[IMAGE_ATTENTION_MASK] = (marks.cumsum(-1) > 0).long()[..., None] * int(self.attends)
         return {**self.tensors, **extra}
+
+    def for_step(self, model: Model, batch: int) -> dict[str, torch.Tensor]:
+        """What a decode step gives the forward beside its token: nothing where the image is in the cache; where the forward
+        reads the image at every position (IDEFICS' cross-attention keeps no cache) the image again and the new token's row
+        of the image mask, as generate() carries them (modeling_idefics.py:1224-1233: the last row; the tower's output of
+        the prefill, the same values as the pixels give again)."""
+        if not _accepts(model, IMAGE_ATTENTION_MASK):
+            return {}
+        images = self.tensors["pixel_values"].shape[1]
+        row = torch.full((batch, 1, images), int(self.attends), device=self.tensors["pixel_values"].device)
+        return {**self.tensors, IMAGE_ATTENTION_MASK: row}
+
+    def blank(self) -> MediaInputs:
+        """The inputs of a prompt without an image where the forward still needs one: zero pixels no position attends
+        (IdeficsProcessor's text-only prompts: processing_idefics.py:408, 426-431)."""
+        return replace(self, tensors={k: torch.zeros_like(v) if v.is_floating_point() else v for k, v in self.tensors.items()},
+                       attends=False, recipe="a text-only prompt: zero pixels, an all-zero image_attention_mask")
+
+
+#: IDEFICS' per-position image mask ``[B, S, images]`` (its forward reads the image through gated cross-attention).
+IMAGE_ATTENTION_MASK = "image_attention_mask"
+
+
+def needs_an_image(model: Model) -> bool:
+    """Whether the forward runs only with an image, a text-only prompt carrying a blank one (IDEFICS: modeling_idefics.py:955-957
+    raises without pixel_values, :990 without image_attention_mask)."""
+    return _accepts(model, IMAGE_ATTENTION_MASK)
 
 
 #: Kosmos-2's processor fills the image's positions with ids from ``unk_token_id + 1`` on
@@ -105,6 +139,9 @@ def image_token_id(config: Any, video: bool = False) -> int:
         value = getattr(config, name, None)
         if isinstance(value, int):
             return value
+    given = image_placeholders(getattr(config, "model_type", ""))  # a processor's own id (IDEFICS), families.yaml
+    if not video and isinstance(given.get("image"), int):
+        return int(given["image"])
     if not video and getattr(config, "latent_query_num", None) is not None:
         return KOSMOS2_FIRST_IMAGE_TOKEN
     raise ValueError(f"{type(config).__name__} names no {' / '.join(names[:2])}")
@@ -152,6 +189,12 @@ def image_inputs(model: Model, batch: int, seed: int) -> MediaInputs:
     tensors = {k: v.to(device) for k, v in {**tensors, **_query_text(model, batch, seed)}.items()}
     if image_cross_attention(model) is not None:  # its decoder reads the image by cross-attention, not from placeholders
         return MediaInputs(tensors, None, 0, f"{recipe}, read by the text decoder's cross-attention (no placeholders)")
+    if _accepts(model, IMAGE_ATTENTION_MASK):  # one <image> per image, read by cross-attention over its mask (IDEFICS)
+        if tensors["pixel_values"].dim() == 4:  # its processor stacks each prompt's images: [B, images, C, H, W]
+            tensors["pixel_values"] = tensors["pixel_values"][:, None]  # (processing_idefics.py:401-416)
+        images = int(tensors["pixel_values"].shape[1])
+        return MediaInputs(tensors, image_token_id(model.config), images,
+                           f"{recipe}, [B, {images}, C, H, W] per prompt, read by cross-attention over image_attention_mask")
     return MediaInputs(tensors, image_token_id(model.config, video_only(model)), count_features(model, tensors) // batch, recipe)
 
 

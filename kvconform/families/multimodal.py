@@ -24,7 +24,7 @@ from kvconform.families import CROSS_HALF
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.decoders import image_cross_attention, inner_language_model
 from kvconform.families.encoder_decoder import cross_layers
-from kvconform.families.inputs import MediaInputs, image_delimiters, special_token_ids, text_ids
+from kvconform.families.inputs import MediaInputs, image_delimiters, needs_an_image, special_token_ids, text_ids
 from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import decoder_prompt, prefix_lm_types
 from kvconform.probe.cache_io import new_cache, returned_cache
@@ -92,7 +92,8 @@ def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: MediaInp
 
     def step(token: torch.Tensor, cache: Any) -> Any:
         marks = {k: torch.ones_like(token) for k in segments(token)}  # a generated token is in the suffix
-        return decoder(input_ids=token, use_cache=True, **marks, **encoder_states, **{keyword: cache})
+        again = image.for_step(decoder, token.shape[0]) if image is not None else {}  # an image read at every position
+        return decoder(input_ids=token, use_cache=True, **marks, **encoder_states, **again, **{keyword: cache})
 
     return Driver(
         prompt=prompt,
@@ -160,9 +161,12 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     vocab = model.config.get_text_config(decoder=True).vocab_size
     device = next(p.device for p in model.parameters())
     text = text_ids(plan.batch_size, plan.prompt_length, plan.seed, vocab, forbidden).to(device)
-    # Text only first: nothing the media run leaves on the model (rope_deltas) can reach it.
-    text_only = drive(model, plan, _driver(model, plan, text, None, forbidden))
     before, after = image_delimiters(model.config) if noun == "image" else ([], [])
+    forbidden |= set(before) | set(after)
+    # A text-only prompt carries a blank image where the forward needs one (IDEFICS), as its processor makes it.
+    blank = probe.blank() if needs_an_image(model) else None
+    # Text only first: nothing the media run leaves on the model (rope_deltas) can reach it.
+    text_only = drive(model, plan, _driver(model, plan, text, blank, forbidden))
     row = [*before, *[probe.token_id] * probe.tokens_per_row, *after]
     placeholders = torch.tensor([row] * plan.batch_size, dtype=text.dtype, device=device)
     prompt = torch.cat([text[:, :TEXT_BEFORE_MEDIA], placeholders, text[:, TEXT_BEFORE_MEDIA:]], dim=1)
@@ -179,6 +183,7 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     text_model = inner_language_model(model) or model
 
     def inputs(ids: torch.Tensor, item: MediaInputs | None, prompt_length: int) -> dict[str, Any]:
+        item = item if item is not None else blank
         media_inputs = item.for_sequence(model, ids) if item is not None else {}
         return {**media_inputs, **_segments(model if item is not None else text_model, prompt_length)(ids)}
 
