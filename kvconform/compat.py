@@ -145,6 +145,15 @@ def image_processor_backends(model_type: str) -> dict[str, str] | None:
     return IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or None
 
 
+def video_processor_backends(model_type: str) -> dict[str, str] | None:
+    """The video processor class names per backend transformers maps for ``model_type`` (as ``image_processor_backends``)."""
+    try:
+        from transformers.models.auto.auto_mappings import VIDEO_PROCESSOR_MAPPING_NAMES
+    except ImportError:
+        return None
+    return VIDEO_PROCESSOR_MAPPING_NAMES.get(model_type) or None
+
+
 def generation_positions(model: Any, start: int, length: int) -> dict[str, Any]:
     """``cache_position`` as ``generate()`` passed it to ``prepare_inputs_for_generation`` (positions ``start`` …
     ``start + length - 1``), where the forward takes one (5.0-5.3: mamba's input preparation reads it to tell

@@ -16,6 +16,8 @@
 - ``cached_generate_drops_the_image``: LLaVA's forward drops the image generate() encoded once (``mm_encoder_outputs``)
   when a cache is given, so a cached generate() prefills its placeholders as text ids; the uncached generate() and the
   hand-driven decode (which passes the pixel values) keep the image;
+- ``decode_steps_drop_the_image``: IDEFICS' decode steps attend to no image (their rows of ``image_attention_mask`` zeroed),
+  as a generate() that did not carry the mask's last row would run them;
 - ``codebook_reads_another_codebook``: MusicGen's decode steps embed codebook 1's stream from codebook 0's ids, so the
   K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched).
 """
@@ -29,6 +31,7 @@ from typing import Any
 
 import torch
 from transformers.cache_utils import EncoderDecoderCache
+from transformers.models.idefics.modeling_idefics import IdeficsModel
 from transformers.models.llava.modeling_llava import LlavaModel
 from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
 from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
@@ -150,6 +153,18 @@ def _cached_generate_drops_the_image() -> list[Patch]:
     return [(LlavaModel, "forward", forward)]
 
 
+def _decode_steps_drop_the_image() -> list[Patch]:
+    original = IdeficsModel.forward
+
+    @functools.wraps(original)
+    def forward(self: Any, *args: Any, cache: Any = None, image_attention_mask: Any = None, **kwargs: Any) -> Any:
+        if cache is not None and cache.get_seq_length() > 0 and image_attention_mask is not None:  # a decode step
+            image_attention_mask = torch.zeros_like(image_attention_mask)
+        return original(self, *args, cache=cache, image_attention_mask=image_attention_mask, **kwargs)
+
+    return [(IdeficsModel, "forward", forward)]
+
+
 def _codebook_crossed() -> list[Patch]:
     original = MusicgenDecoder.forward
 
@@ -173,6 +188,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "positions_restart_after_audio": _audio_positions_restart,
     "image_state_kept": _image_state_kept,
     "cached_generate_drops_the_image": _cached_generate_drops_the_image,
+    "decode_steps_drop_the_image": _decode_steps_drop_the_image,
     "codebook_reads_another_codebook": _codebook_crossed,
 }
 

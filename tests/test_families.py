@@ -16,7 +16,8 @@ from tests.conftest import TOLERANCES
 from tests.family_faults import planted
 
 MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE,
-          "blip-2": VISION_LANGUAGE, "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
+          "blip-2": VISION_LANGUAGE, "blip": VISION_LANGUAGE, "idefics": VISION_LANGUAGE, "instructblipvideo": VISION_LANGUAGE, "kosmos-2.5": VISION_LANGUAGE,
+          "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO}
 
 
@@ -171,6 +172,51 @@ def test_inputs_come_from_the_models_own_processor(family_model):
     blip, _ = probe_and_check(family_model("blip-2"), VISION_LANGUAGE)
     assert "32 image tokens" in blip.inputs, "num_query_tokens placeholders"
     assert blip.record.cache_class == "DynamicCache" and blip.text_only is not None
+
+
+def test_an_image_read_by_cross_attention_is_cached_once_and_located(family_model):
+    """BLIP: no placeholders; the prompt starts with the [DEC] id its generate() puts first, and every decode step gives
+    the text decoder the image's states again; their K/V are the cache's cross-attention half, so a decode step that
+    recomputes them short is caught at that half."""
+    probe, results = probe_and_check(family_model("blip"), VISION_LANGUAGE)
+    assert "no placeholders" in probe.inputs and "a 6-token prompt" in probe.inputs, probe.inputs
+    assert all(result.passed for result in results.values()), {n: r.message for n, r in results.items() if not r.passed}
+    assert probe.generate_inputs is not None
+    given = probe.generate_inputs.kwargs["input_ids"]
+    config = family_model("blip").config.text_config
+    assert given[:, 0].eq(config.bos_token_id).all() and given[:, -1].eq(config.sep_token_id).all(), "[DEC] … [SEP]"
+    assert probe.generate_inputs.prompt_length == given.shape[1] - 1, "its generate() drops the closing [SEP]"
+    with planted("cross_recomputed_short"):
+        _, faulty = probe_and_check(family_model("blip"), VISION_LANGUAGE)
+    assert "(cross-attention keys): missing column(s)" in faulty["parity"].message, faulty["parity"].message
+    assert faulty["text_only"].passed, "a text-only prompt has no image to attend to"
+
+
+def test_an_image_read_at_every_position_reaches_every_decode_step(family_model):
+    """IDEFICS: one <image> between its processor's fake tokens, image_attention_mask from the <image> on; its gated
+    cross-attention keeps no cache, so every decode step gets the image and its mask row again. Steps that attend to no
+    image are caught at the first decoded position; the text-only prompt (a blank image, an all-zero mask) is unaffected."""
+    probe, results = probe_and_check(family_model("idefics"), VISION_LANGUAGE)
+    assert "1 image tokens at positions 3-3 of a 9-token prompt between the processor's start and end ids [256, 256]" in probe.inputs
+    assert all(result.passed for result in results.values()), {n: r.message for n, r in results.items() if not r.passed}
+    with planted("decode_steps_drop_the_image"):
+        faulty, failed = probe_and_check(family_model("idefics"), VISION_LANGUAGE)
+    prompt = faulty.record.plan.prompt_length
+    assert f"layer 0, position {prompt}" in failed["parity"].message, failed["parity"].message
+    assert failed["text_only"].passed, "no position of the text-only prompt attends to an image"
+
+
+def test_a_video_tower_gets_frames_and_its_video_placeholders(family_model):
+    """InstructBLIP-Video reads only videos: 4 frames per row, num_query_tokens x 4 video placeholders."""
+    probe, _ = probe_and_check(family_model("instructblipvideo"), VISION_LANGUAGE)
+    assert "pixel_values [B, 4 frames, 3, 32, 32], 128 image tokens" in probe.inputs, probe.inputs
+
+
+def test_an_image_processors_patch_mask_is_not_the_text_mask(family_model):
+    """Kosmos-2.5's image processor returns its patch mask as attention_mask; the decoder's attention_mask is the text's."""
+    probe, results = probe_and_check(family_model("kosmos-2.5"), VISION_LANGUAGE)
+    assert "attention_mask, a patch mask, replaced by the prompt's" in probe.inputs, probe.inputs
+    assert results["parity"].passed, results["parity"].message
 
 
 def test_a_prefix_lm_decodes_its_suffix_causally(family_model):

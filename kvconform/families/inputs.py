@@ -11,13 +11,15 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from kvconform.build.models import Model
-from kvconform.families.processors import NoImageProcessor, processed_images
+from kvconform.families.decoders import image_cross_attention
+from kvconform.families.processors import NoImageProcessor, processed_images, video_processor_class
+from kvconform.families.registry import image_placeholders
 
 #: Grid of image patches per image (before any merge of neighbouring patches).
 GRID = 4
@@ -41,7 +43,8 @@ def image_delimiters(config: Any) -> tuple[list[int], list[int]]:
         first, last = getattr(config, start, None), getattr(config, end, None)
         if isinstance(first, int) and not isinstance(first, bool):
             return [first], [last] if isinstance(last, int) and not isinstance(last, bool) else []
-    return [], []
+    given = image_placeholders(getattr(config, "model_type", ""))  # a processor's own ids (IDEFICS), families.yaml
+    return [int(i) for i in given.get("before", [])], [int(i) for i in given.get("after", [])]
 
 
 def special_token_ids(config: Any) -> set[int]:
@@ -76,18 +79,52 @@ class MediaInputs:
     """Inputs for one image or waveform per row, the placeholder id and how many placeholders each row needs."""
 
     tensors: dict[str, torch.Tensor]
-    token_id: int
+    token_id: int | None
+    """The placeholder id (``None`` where the decoder reads the image by cross-attention: no placeholders)."""
     tokens_per_row: int
     recipe: str
+
+    attends: bool = True
+    """False for the blank image a text-only prompt carries where the forward needs one (IDEFICS): no position attends it."""
 
     def for_sequence(self, model: Model, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """The image inputs plus what the sequence needs beside them (modality ids for multimodal rotary positions)."""
         extra = {}
+        marks = torch.eq(input_ids, self.token_id if self.token_id is not None else -1).int()  # no placeholder: none marked
         if _accepts(model, "mm_token_type_ids"):
-            extra["mm_token_type_ids"] = (input_ids == self.token_id).int()
+            extra["mm_token_type_ids"] = marks
         if _accepts(model, "image_embeds_position_mask"):  # Kosmos-2 marks the image's positions, not its ids
-            extra["image_embeds_position_mask"] = (input_ids == self.token_id).int()
+            extra["image_embeds_position_mask"] = marks
+        if _accepts(model, IMAGE_ATTENTION_MASK):  # IDEFICS: each position attends to the image from its <image> on
+            extra[IMAGE_ATTENTION_MASK] = (marks.cumsum(-1) > 0).long()[..., None] * int(self.attends)
         return {**self.tensors, **extra}
+
+    def for_step(self, model: Model, batch: int) -> dict[str, torch.Tensor]:
+        """What a decode step gives the forward beside its token: nothing where the image is in the cache; where the forward
+        reads the image at every position (IDEFICS' cross-attention keeps no cache) the image again and the new token's row
+        of the image mask, as generate() carries them (modeling_idefics.py:1224-1233: the last row; the tower's output of
+        the prefill, the same values as the pixels give again)."""
+        if not _accepts(model, IMAGE_ATTENTION_MASK):
+            return {}
+        images = self.tensors["pixel_values"].shape[1]
+        row = torch.full((batch, 1, images), int(self.attends), device=self.tensors["pixel_values"].device)
+        return {**self.tensors, IMAGE_ATTENTION_MASK: row}
+
+    def blank(self) -> MediaInputs:
+        """The inputs of a prompt without an image where the forward still needs one: zero pixels no position attends
+        (IdeficsProcessor's text-only prompts: processing_idefics.py:408, 426-431)."""
+        return replace(self, tensors={k: torch.zeros_like(v) if v.is_floating_point() else v for k, v in self.tensors.items()},
+                       attends=False, recipe="a text-only prompt: zero pixels, an all-zero image_attention_mask")
+
+
+#: IDEFICS' per-position image mask ``[B, S, images]`` (its forward reads the image through gated cross-attention).
+IMAGE_ATTENTION_MASK = "image_attention_mask"
+
+
+def needs_an_image(model: Model) -> bool:
+    """Whether the forward runs only with an image, a text-only prompt carrying a blank one (IDEFICS: modeling_idefics.py:955-957
+    raises without pixel_values, :990 without image_attention_mask)."""
+    return _accepts(model, IMAGE_ATTENTION_MASK)
 
 
 #: Kosmos-2's processor fills the image's positions with ids from ``unk_token_id + 1`` on
@@ -95,14 +132,32 @@ class MediaInputs:
 KOSMOS2_FIRST_IMAGE_TOKEN = 4
 
 
-def image_token_id(config: Any) -> int:
-    for name in ("image_token_id", "image_token_index", "image_token"):
+def image_token_id(config: Any, video: bool = False) -> int:
+    """The placeholder id of the visual input: the image's, or the video's where the tower reads only videos."""
+    names = ("video_token_id", "video_token_index") if video else ("image_token_id", "image_token_index", "image_token")
+    for name in names:
         value = getattr(config, name, None)
         if isinstance(value, int):
             return value
-    if getattr(config, "latent_query_num", None) is not None:
+    given = image_placeholders(getattr(config, "model_type", ""))  # a processor's own id (IDEFICS), families.yaml
+    if not video and isinstance(given.get("image"), int):
+        return int(given["image"])
+    if not video and getattr(config, "latent_query_num", None) is not None:
         return KOSMOS2_FIRST_IMAGE_TOKEN
-    raise ValueError(f"{type(config).__name__} names no image_token_id / image_token_index")
+    raise ValueError(f"{type(config).__name__} names no {' / '.join(names[:2])}")
+
+
+#: Frames per video where the tower reads only videos (the model has ``get_video_features`` and no image getter):
+#: InstructBLIP-Video's processor and ``generate()`` take 4 (processing_instructblipvideo.py:104,127 "InstrucBLIP works with
+#: 4 frames only": ``num_query_tokens * 4`` placeholders; modeling_instructblipvideo.py:1310), as its tests do.
+VIDEO_FRAMES = 4
+
+
+def video_only(model: Model) -> bool:
+    """Whether the model's visual input is a video ``[B, frames, C, H, W]``: it has a video getter and no image one."""
+    owners = [model, getattr(model, "model", None)]
+    has = {name for name in ("get_image_features", "get_video_features") for owner in owners if hasattr(owner, name)}
+    return has == {"get_video_features"}
 
 
 def _vision_config(config: Any) -> Any:
@@ -121,11 +176,26 @@ def image_inputs(model: Model, batch: int, seed: int) -> MediaInputs:
     and its number of image tokens (the features the tower makes of it)."""
     device = next(p.device for p in model.parameters())
     try:
+        if video_only(model):  # a video tower: its video processor, not an image processor
+            video_processor_class(model.config.model_type)
         tensors, recipe = processed_images(model, batch, seed)
     except NoImageProcessor as exc:
-        return _config_shaped(model, batch, seed, f"no image processor ({exc}): ")
+        return _config_shaped(model, batch, seed, f"no {'video' if video_only(model) else 'image'} processor ({exc}): ")
+    # An image processor's attention_mask is its patch mask (Kosmos-2.5's flattened patches); a decoder-only forward's
+    # attention_mask is the text's, which replaces it in the processor's output (processing_kosmos2_5.py:77 then :95-99 update the
+    # image encoding with the tokenizer's input_ids and attention_mask), as it replaces it here (the prompt's own mask).
+    if tensors.pop("attention_mask", None) is not None:
+        recipe += " (its attention_mask, a patch mask, replaced by the prompt's as the processor replaces it)"
     tensors = {k: v.to(device) for k, v in {**tensors, **_query_text(model, batch, seed)}.items()}
-    return MediaInputs(tensors, image_token_id(model.config), count_features(model, tensors) // batch, recipe)
+    if image_cross_attention(model) is not None:  # its decoder reads the image by cross-attention, not from placeholders
+        return MediaInputs(tensors, None, 0, f"{recipe}, read by the text decoder's cross-attention (no placeholders)")
+    if _accepts(model, IMAGE_ATTENTION_MASK):  # one <image> per image, read by cross-attention over its mask (IDEFICS)
+        if tensors["pixel_values"].dim() == 4:  # its processor stacks each prompt's images: [B, images, C, H, W]
+            tensors["pixel_values"] = tensors["pixel_values"][:, None]  # (processing_idefics.py:401-416)
+        images = int(tensors["pixel_values"].shape[1])
+        return MediaInputs(tensors, image_token_id(model.config), images,
+                           f"{recipe}, [B, {images}, C, H, W] per prompt, read by cross-attention over image_attention_mask")
+    return MediaInputs(tensors, image_token_id(model.config, video_only(model)), count_features(model, tensors) // batch, recipe)
 
 
 #: Tokens of the instruction InstructBLIP's processor also gives its Q-Former (``qformer_input_ids``).
@@ -157,13 +227,14 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
     else:
         size = _first(vision, "image_size")
         size = int(size[0] if isinstance(size, (list, tuple)) else size or GRID * patch)
-        tensors = {"pixel_values": torch.randn(batch, channels, size, size, generator=generator).to(dtype)}
-        recipe = f"pixel_values [B, {channels}, {size}, {size}]"
+        frames = [VIDEO_FRAMES] if video_only(model) else []
+        tensors = {"pixel_values": torch.randn(batch, *frames, channels, size, size, generator=generator).to(dtype)}
+        recipe = f"pixel_values [B, {''.join(f'{f} frames, ' for f in frames)}{channels}, {size}, {size}]"
     if not _accepts(model, "pixel_values") and _accepts(model, "pixel_values_images"):
         tensors["pixel_values_images"] = tensors.pop("pixel_values")  # video_llava before transformers 5.24
         recipe = recipe.replace("pixel_values", "pixel_values_images")
     device = next(p.device for p in model.parameters())
-    tensors = {k: v.to(device) for k, v in tensors.items()}
+    tensors = {k: v.to(device) for k, v in {**tensors, **_query_text(model, batch, seed)}.items()}
     try:
         count = count_features(model, tensors)
     except Exception:
@@ -173,11 +244,13 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
         tensors["image_sizes"] = torch.tensor([list(tensors["pixel_values"].shape[-2:])] * batch, device=device)
         count = count_features(model, tensors)
         recipe += " with image_sizes"
-    return MediaInputs(tensors, image_token_id(config), count // batch, why + recipe)
+    return MediaInputs(tensors, image_token_id(config, video_only(model)), count // batch, why + recipe)
 
 
-def count_features(model: Model, tensors: dict[str, torch.Tensor], getter_name: str = "get_image_features") -> int:
-    """How many feature vectors the tower makes of ``tensors`` in all (one image or audio token each)."""
+def count_features(model: Model, tensors: dict[str, torch.Tensor], getter_name: str | None = None) -> int:
+    """How many feature vectors the tower makes of ``tensors`` in all (one image, video or audio token each); the
+    getter is the image one unless named (or the video one of a tower that reads only videos)."""
+    getter_name = getter_name or ("get_video_features" if video_only(model) else "get_image_features")
     getter = getattr(model, getter_name, None) or getattr(model.model, getter_name)
     names = _named(getter)
     inner = getattr(getattr(model, "model", None), getter_name, None)

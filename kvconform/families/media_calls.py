@@ -37,21 +37,25 @@ Inputs = Callable[[torch.Tensor, MediaInputs | None, int], dict[str, Any]]
 
 @torch.inference_mode()
 def generate_calls(model: Model, text_model: Model, text: torch.Tensor, media: list[tuple[str, torch.Tensor, MediaInputs]],
-                   new_tokens: int, inputs: Inputs, forbidden: set[int]) -> list[GenerateCall]:
+                   new_tokens: int, inputs: Inputs, forbidden: set[int],
+                   as_given: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[GenerateCall]:
     """``generate()`` over ``text``, each ``(name, prompt, media)`` in turn, then ``text`` again, on the same instance
     (``text_model``: the decoder a text-only prompt goes to, where the outer forward needs an image); ``inputs(ids, media,
     prompt_length)`` is what the forward takes beside the ids (the family's adapter); ``forbidden`` ids (the image
-    placeholder, special tokens) are never generated, as the family's decode loop never picks them."""
+    placeholder, special tokens) are never generated, as the family's decode loop never picks them; ``as_given`` maps a
+    media prompt (what the decoder reads) to the ids the model's generate() is given (the processor's closing token)."""
     calls = [("the text-only prompt", text, None), *media, ("the text-only prompt again", text, None)]
-    return [_call(text_model if item is None else model, what, prompt, item, new_tokens, inputs, sorted(forbidden))
+    return [_call(text_model if item is None else model, what, prompt, item, new_tokens, inputs, sorted(forbidden),
+                  as_given if item is not None and as_given is not None else lambda ids: ids)
             for what, prompt, item in calls]
 
 
 def _call(model: Model, what: str, prompt: torch.Tensor, media: MediaInputs | None, new_tokens: int,
-          inputs: Inputs, forbidden: list[int]) -> GenerateCall:
+          inputs: Inputs, forbidden: list[int], as_given: Callable[[torch.Tensor], torch.Tensor]) -> GenerateCall:
     config = fixed_length_config(model, new_tokens, output_logits=True, return_dict_in_generate=True, suppress_tokens=forbidden)
+    given = as_given(prompt)
     try:
-        out = model.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+        out = model.generate(input_ids=given, attention_mask=torch.ones_like(given),
                              **inputs(prompt, media, prompt.shape[1]), generation_config=config)
     except Exception as exc:  # noqa: BLE001 - a crash of one call fails this check, with its words
         return GenerateCall(what, [], 0.0, 0.0, error=f"generate() raised {type(exc).__name__}: {exc}"[:500])

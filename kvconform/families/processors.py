@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kvconform.compat import image_processor_backends
+from kvconform.compat import image_processor_backends, video_processor_backends
 
 #: Fields of an image processor that hold a pixel length (or lists/dicts of them), scaled with the tower.
 SPATIAL_FIELDS = ("size", "crop_size", "max_image_size", "min_image_size", "image_grid_pinpoints", "split_resolutions",
@@ -41,6 +41,17 @@ def image_processor_class(model_type: str) -> type:
     if cls is None or getattr(cls, "is_dummy", False):
         raise NoImageProcessor(f"{name} cannot be imported (pillow missing?)")
     return cls
+
+
+def video_processor_class(model_type: str) -> type:
+    """The PIL-backend video processor of ``model_type``; transformers 5 video processors have only a torchvision backend
+    (``BaseVideoProcessor``), so this raises ``NoImageProcessor`` with what it maps."""
+    backends = video_processor_backends(model_type) or {}
+    if "pil" not in backends:  # transformers sets the torchvision name to None where torchvision is missing
+        named = f" {backends['torchvision']}" if backends.get("torchvision") else ""
+        raise NoImageProcessor(f"its video processor{named} has only a torchvision backend" if "torchvision" in backends
+                               else f"this transformers release maps no video processor for {model_type!r}")
+    raise NoImageProcessor(f"{backends['pil']}: video processors are not driven here")
 
 
 def _native_size(defaults: dict[str, Any]) -> int | None:
@@ -121,6 +132,12 @@ def synthetic_images(batch: int, height: int, width: int, seed: int) -> list[Any
     return [Image.fromarray(p.numpy(), mode="RGB") for p in pixels]
 
 
+def _as_features(out: Any) -> Any:
+    """A processor's output as a mapping: IDEFICS' image processor returns the pixel tensor itself
+    (image_processing_pil_idefics.py:91)."""
+    return {"pixel_values": out} if isinstance(out, torch.Tensor) else out
+
+
 def processed_images(model: Any, batch: int, seed: int) -> tuple[dict[str, torch.Tensor], str]:
     """What the model's image processor makes of one synthetic image per row, and how it was configured."""
     config = model.config
@@ -129,12 +146,12 @@ def processed_images(model: Any, batch: int, seed: int) -> tuple[dict[str, torch
     processor = cls(**kwargs)
     images = synthetic_images(batch, side, 2 * side, seed)
     try:
-        out = processor(images=images, return_tensors="pt")
+        out = _as_features(processor(images=images, return_tensors="pt"))
     except (ValueError, TypeError, IndexError):
         out = None
     pixels = out.get("pixel_values") if out is not None else None
     if not isinstance(pixels, torch.Tensor) or (pixels.dim() == 5 and pixels.shape[0] != batch):
-        out = processor(images=[[image] for image in images], return_tensors="pt")  # a list of images per row (Idefics)
+        out = _as_features(processor(images=[[image] for image in images], return_tensors="pt"))  # a list per row (Idefics2)
     accepted = set(inspect.signature(model.forward).parameters)
     for owner in (model, getattr(model, "model", None)):  # what the tower reads beside the pixels (image_merge_sizes)
         getter = getattr(owner, "get_image_features", None)

@@ -30,6 +30,16 @@ def prefix_lm_types() -> frozenset[str]:
     return frozenset(family_table().get("prefix_lm") or {})
 
 
+def image_placeholders(model_type: str) -> dict[str, Any]:
+    """The ids a type's processor writes for one image where its config names none (``image_placeholders``), else {}."""
+    return dict((family_table().get("image_placeholders") or {}).get(model_type) or {})
+
+
+def decoder_prompt(model_type: str) -> dict[str, str]:
+    """How the type's own generate() rewrites a vision-language prompt (``families.yaml``'s ``decoder_prompt``), else {}."""
+    return dict((family_table().get("decoder_prompt") or {}).get(model_type) or {})
+
+
 def _mapping(family: str) -> Mapping[str, str]:
     if family == AUDIO_LANGUAGE:
         return audio_language_names()
