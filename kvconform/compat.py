@@ -142,6 +142,10 @@ def image_processor_backends(model_type: str) -> dict[str, str] | None:
         from transformers.models.auto.auto_mappings import IMAGE_PROCESSOR_MAPPING_NAMES
     except ImportError:
         return None
+    # image_processing_auto adds the types it maps by hand (MISSING_IMAGE_PROCESSOR_MAPPING_NAMES: Inkling, PaliGemma,
+    # the Qwen-VL family, ...) to this same table when it is first imported; before that they read as unmapped.
+    import transformers.models.auto.image_processing_auto  # noqa: F401
+
     return IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or None
 
 

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 
 from kvconform.compat import image_processor_backends, video_processor_backends
+from kvconform.families.registry import image_processor_overrides
+from kvconform.families.torchvision_kernels import torchvision_importable, torchvision_stand_in
 
 #: Fields of an image processor that hold a pixel length (or lists/dicts of them), scaled with the tower.
 SPATIAL_FIELDS = ("size", "crop_size", "max_image_size", "min_image_size", "image_grid_pinpoints", "split_resolutions",
@@ -28,16 +30,17 @@ class NoImageProcessor(Exception):
 
 
 def image_processor_class(model_type: str) -> type:
-    """The PIL-backend image processor class transformers maps for ``model_type`` (else its only backend)."""
+    """The PIL-backend image processor class transformers maps for ``model_type``, else its torchvision class (run with
+    :func:`torchvision_stand_in` where torchvision does not import)."""
     from transformers.models.auto.image_processing_auto import get_image_processor_class_from_name
 
     backends = image_processor_backends(model_type)
     if not backends:
         raise NoImageProcessor(f"this transformers release maps no image processor backends for {model_type!r}")
     name = backends.get("pil")
-    if name is None:
-        raise NoImageProcessor(f"its image processor {backends.get('torchvision')} has only a torchvision backend")
-    cls = get_image_processor_class_from_name(name)
+    if name is None and backends.get("torchvision"):
+        return _torchvision_class(backends["torchvision"])
+    cls = get_image_processor_class_from_name(name) if name else None
     if cls is None or getattr(cls, "is_dummy", False):
         raise NoImageProcessor(f"{name} cannot be imported (pillow missing?)")
     return cls
@@ -52,6 +55,24 @@ def video_processor_class(model_type: str) -> type:
         raise NoImageProcessor(f"its video processor{named} has only a torchvision backend" if "torchvision" in backends
                                else f"this transformers release maps no video processor for {model_type!r}")
     raise NoImageProcessor(f"{backends['pil']}: video processors are not driven here")
+
+
+def _torchvision_class(name: str) -> type:
+    """A torchvision-backend image processor class, imported from its own module (transformers' lazy module hands out a
+    placeholder that raises where torchvision is missing); its module imports torchvision's functional kernels."""
+    import importlib
+
+    import transformers
+
+    if torchvision_importable():
+        from transformers.models.auto.image_processing_auto import get_image_processor_class_from_name
+
+        return get_image_processor_class_from_name(name)
+    module = getattr(transformers, "_class_to_module", {}).get(name)
+    if module is None:
+        raise NoImageProcessor(f"its image processor {name} (torchvision only) is not in transformers' class table")
+    with torchvision_stand_in():
+        return getattr(importlib.import_module(f"transformers.{module}"), name)
 
 
 def _native_size(defaults: dict[str, Any]) -> int | None:
@@ -91,7 +112,10 @@ def processor_kwargs(cls: type, config: Any) -> tuple[dict[str, Any], int]:
     patch = int(_get(vision, "patch_size") or 8)
     defaults = cls().to_dict()
     out: dict[str, Any] = {}
-    if "merge_size" in defaults:  # Qwen-VL style: size bounds count pixels; patches merge spatial_merge_size²
+    size = defaults.get("size")
+    if "merge_size" in defaults and not (isinstance(size, dict) and {"max_height", "max_width"} & set(size)):
+        # Qwen-VL style: size bounds count pixels; patches merge spatial_merge_size² (Kimi-K2.5's per-side bounds count
+        # patches and are no such bound: its max_patches is, below)
         merge = int(getattr(vision, "spatial_merge_size", None) or defaults["merge_size"])
         out["merge_size"] = merge
         side = patch * merge * 2  # a 4 × 4 grid of patches (2 × 2 merged tokens), doubled in width below
@@ -120,6 +144,7 @@ def processor_kwargs(cls: type, config: Any) -> tuple[dict[str, Any], int]:
     # A published processor config repeats the model config's own anyres grid.
     if "image_grid_pinpoints" in defaults and getattr(config, "image_grid_pinpoints", None):
         out["image_grid_pinpoints"] = copy.deepcopy(config.image_grid_pinpoints)
+    out.update(image_processor_overrides(config.model_type))  # fields in units the scaling above does not know
     return out, tower
 
 
@@ -138,20 +163,40 @@ def _as_features(out: Any) -> Any:
     return {"pixel_values": out} if isinstance(out, torch.Tensor) else out
 
 
+def is_stand_in_class(cls: type) -> bool:
+    """Whether ``cls`` is a torchvision-backend image processor run on the stand-in kernels (torchvision absent)."""
+    return "TorchvisionBackend" in {c.__name__ for c in cls.__mro__} and not torchvision_importable()
+
+
+def _run(cls: type, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], int, Any]:
+    """``cls`` sized to the tower of ``config`` and its output for one synthetic image per row."""
+    with torchvision_stand_in():
+        kwargs, side = processor_kwargs(cls, config)
+        processor = cls(**kwargs)
+        images = synthetic_images(batch, side, 2 * side, seed)
+        try:
+            out = _as_features(processor(images=images, return_tensors="pt"))
+        except (ValueError, TypeError, IndexError):
+            out = None
+        pixels = out.get("pixel_values") if out is not None else None
+        if not isinstance(pixels, torch.Tensor) or (pixels.dim() == 5 and pixels.shape[0] != batch):
+            out = _as_features(processor(images=[[image] for image in images], return_tensors="pt"))  # a list per row (Idefics2)
+    return kwargs, side, out
+
+
 def processed_images(model: Any, batch: int, seed: int) -> tuple[dict[str, torch.Tensor], str]:
     """What the model's image processor makes of one synthetic image per row, and how it was configured."""
     config = model.config
     cls = image_processor_class(config.model_type)
-    kwargs, side = processor_kwargs(cls, config)
-    processor = cls(**kwargs)
-    images = synthetic_images(batch, side, 2 * side, seed)
-    try:
-        out = _as_features(processor(images=images, return_tensors="pt"))
-    except (ValueError, TypeError, IndexError):
-        out = None
-    pixels = out.get("pixel_values") if out is not None else None
-    if not isinstance(pixels, torch.Tensor) or (pixels.dim() == 5 and pixels.shape[0] != batch):
-        out = _as_features(processor(images=[[image] for image in images], return_tensors="pt"))  # a list per row (Idefics2)
+    if is_stand_in_class(cls):
+        try:
+            kwargs, side, out = _run(cls, config, batch, seed)
+        except Exception as exc:  # a kernel the stand-in lacks, or the processor on the shrunk sizes
+            text = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
+            raise NoImageProcessor(f"its torchvision-only image processor {cls.__name__} raised {text} on the torch "
+                                   "stand-ins of torchvision's kernels") from exc
+    else:
+        kwargs, side, out = _run(cls, config, batch, seed)
     accepted = set(inspect.signature(model.forward).parameters)
     for owner in (model, getattr(model, "model", None)):  # what the tower reads beside the pixels (image_merge_sizes)
         getter = getattr(owner, "get_image_features", None)
@@ -165,4 +210,5 @@ def processed_images(model: Any, batch: int, seed: int) -> tuple[dict[str, torch
     tensors = {k: v.to(dtype) if v.is_floating_point() else v for k, v in tensors.items()}
     shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in tensors.items())
     sized = ", ".join(f"{k}={v}" for k, v in kwargs.items() if k != "image_grid_pinpoints")
-    return tensors, f"{cls.__name__}({sized}) on a {side}x{2 * side} image: {shapes}"
+    kernels = " on torch stand-ins of torchvision's kernels" if is_stand_in_class(cls) else ""
+    return tensors, f"{cls.__name__}({sized}){kernels} on a {side}x{2 * side} image: {shapes}"

@@ -25,6 +25,11 @@ def family_overrides(model_type: str) -> dict[str, Any]:
     return copy.deepcopy((family_table().get("overrides") or {}).get(model_type, {}))
 
 
+def image_processor_overrides(model_type: str) -> dict[str, Any]:
+    """Constructor arguments of a type's image processor beyond the scaling to the shrunk tower (families.yaml)."""
+    return copy.deepcopy((family_table().get("image_processor") or {}).get(model_type, {}))
+
+
 def prefix_lm_types() -> frozenset[str]:
     """Vision-language types whose prompt is a bidirectional prefix marked by ``token_type_ids`` (families.yaml)."""
     return frozenset(family_table().get("prefix_lm") or {})
