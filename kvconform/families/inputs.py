@@ -185,6 +185,11 @@ def count_features(model: Model, tensors: dict[str, torch.Tensor], getter_name: 
         names |= _named(inner)  # a forwarder passes **kwargs on to the inner model's (image_merge_sizes)
     output = getter(**{k: v for k, v in tensors.items() if k in names})
     features = getattr(output, "pooler_output", None)
+    layered = getattr(output, "deepstack_features", None)
+    if features is None and isinstance(layered, (list, tuple)) and layered:
+        # Only (decoder layer, per-image features) pairs, every pair one row per placeholder: the forward places the
+        # first pair's (Granite4Vision, modeling_granite4_vision.py:1000-1006) and its generate() counts them so (:1208).
+        features = layered[0][1]
     features = output if features is None else features
     if isinstance(features, torch.Tensor):
         return int(features.reshape(-1, features.shape[-1]).shape[0])

@@ -24,7 +24,7 @@ from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import MediaInputs, image_delimiters, special_token_ids, text_ids
 from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import prefix_lm_types
-from kvconform.probe.cache_io import new_cache
+from kvconform.probe.cache_io import new_cache, returned_cache
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.generate_inputs import GenerateInputs
 
@@ -88,7 +88,13 @@ def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: MediaInp
         if cache is None and inner is not None:  # kept by the caller: the outer output does not return it
             cache = DynamicCache(config=inner.config)
         output = model(input_ids=ids, use_cache=True, **pixels(ids), **({keyword: cache} if cache is not None else {}))
-        return getattr(output, "language_model_outputs", None) or output
+        output = getattr(output, "language_model_outputs", None) or output
+        if cache is None and returned_cache(output) is None:
+            # A forward that builds no cache of its own (Granite4Vision's text model, modeling_granite4_vision.py:
+            # 590-628, only passes on the one it is given) gets the DynamicCache generate() would give it.
+            output = model(input_ids=ids, use_cache=True, **pixels(ids), **{keyword: DynamicCache(config=decoder.config)})
+            output = getattr(output, "language_model_outputs", None) or output
+        return output
 
     def step(token: torch.Tensor, cache: Any) -> Any:
         marks = {k: torch.ones_like(token) for k in segments(token)}  # a generated token is in the suffix
