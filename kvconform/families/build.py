@@ -25,6 +25,7 @@ from kvconform.families.registry import (
     family_model_types,
     family_overrides,
     image_encoder_decoder_types,
+    published_as,
     text_to_audio_names,
 )
 from kvconform.transformers_memo import auto_mapping
@@ -159,11 +160,8 @@ def _default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConf
         return AutoConfig.for_model(model_type, **copy.deepcopy(dict(fixes)))
 
 
-def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, Any] | None = None) -> PreTrainedConfig:
-    """The default config of ``model_type`` shrunk for ``family``, then ``families.yaml``'s and the caller's overrides."""
-    known = family_model_types(family)
-    if model_type not in known:
-        raise ValueError(f"{model_type!r} is not a {family} model type of the installed transformers")
+def _shrunk_values(model_type: str, family: str) -> dict[str, Any]:
+    """The fields of ``model_type``'s default config that the family shrink and ``families.yaml``'s overrides change."""
     fixes = family_overrides(model_type)
     default = _default_config(model_type, fixes)
     full = default.to_dict()
@@ -177,8 +175,28 @@ def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, A
     # Only what changed goes back in (sub-configs whole), as the causal shrink does.
     values = {key: value for key, value in merged.items() if value != full.get(key)}
     merge_overrides(values, fixes)
-    merge_overrides(values, overrides or {})
     _code_names({**full, **values})
+    return values
+
+
+def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, Any] | None = None) -> PreTrainedConfig:
+    """The default config of ``model_type`` shrunk for ``family``, then ``families.yaml``'s and the caller's overrides.
+
+    A type ``families.yaml`` lists under ``published_as`` is built as its checkpoints are published: the shrunk config
+    as the named sub-config of the other type's shrunk config (Mistral-Small-4: a ``mistral4`` text_config inside
+    ``mistral3``); the caller's overrides address that outer config.
+    """
+    known = family_model_types(family)
+    if model_type not in known:
+        raise ValueError(f"{model_type!r} is not a {family} model type of the installed transformers")
+    values = _shrunk_values(model_type, family)
+    outer = published_as(model_type)
+    if outer is not None:
+        inner = AutoConfig.for_model(model_type, **values)
+        values = _shrunk_values(outer.model_type, family)
+        values[outer.sub_config] = inner.to_dict()
+        model_type = outer.model_type
+    merge_overrides(values, overrides or {})
     return AutoConfig.for_model(model_type, **values)
 
 
