@@ -154,6 +154,10 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
         pixels = torch.randn(batch * GRID * GRID, channels * temporal * patch * patch, generator=generator)
         tensors = {"pixel_values": pixels.to(dtype), "image_grid_thw": torch.tensor([[1, GRID, GRID]] * batch)}
         recipe = f"flattened {GRID}x{GRID} patches with image_grid_thw"
+    elif _accepts(model, "image_grid_hw"):  # the same without the temporal axis (NemotronH Omni's processor layout)
+        pixels = torch.randn(batch * GRID * GRID, channels * patch * patch, generator=generator)
+        tensors = {"pixel_values": pixels.to(dtype), "image_grid_hw": torch.tensor([[GRID, GRID]] * batch)}
+        recipe = f"flattened {GRID}x{GRID} patches with image_grid_hw"
     else:
         size = _first(vision, "image_size")
         size = int(size[0] if isinstance(size, (list, tuple)) else size or GRID * patch)
@@ -167,7 +171,7 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
     try:
         count = count_features(model, tensors)
     except Exception:
-        if "image_grid_thw" in tensors or not _accepts(model, "image_sizes"):
+        if "image_grid_thw" in tensors or "image_grid_hw" in tensors or not _accepts(model, "image_sizes"):
             raise
         # Towers of any size (Pixtral) need each image's size; others reject the argument.
         tensors["image_sizes"] = torch.tensor([list(tensors["pixel_values"].shape[-2:])] * batch, device=device)
