@@ -24,7 +24,7 @@ from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import MediaInputs, image_delimiters, special_token_ids, text_ids
 from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import prefix_lm_types
-from kvconform.probe.cache_io import new_cache, returned_cache
+from kvconform.probe.cache_io import new_cache, returned_cache, whole_pass
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.generate_inputs import GenerateInputs
 
@@ -104,7 +104,7 @@ def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: MediaInp
         prompt=prompt,
         prefill=lambda: cached(prompt),
         step=step,
-        reference=lambda ids: model(input_ids=ids, use_cache=False, **pixels(ids)),
+        reference=lambda ids: model(input_ids=ids, **pixels(ids), **whole_pass(model, prompt.shape[1])),
         fresh=cached,
         forbidden=forbidden,
     )
