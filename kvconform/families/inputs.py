@@ -242,7 +242,10 @@ def image_encoder_inputs(model: Model, batch: int, length: int, seed: int, forbi
         pixels = torch.randn(batch, channels, size, size, generator=generator).to(next(model.parameters()).dtype)
         tensors, recipe = {"pixel_values": pixels}, f"no image processor ({exc}): pixel_values [B, {channels}, {size}, {size}]"
     tensors = {k: v.to(device) for k, v in tensors.items()}
-    if not _accepts(model, "input_ids"):
+    encoder = model.get_encoder()
+    if not _accepts(model, "input_ids") or not {"input_ids", "inputs_embeds"} & _named(encoder.forward):
+        # The encoder reads the image alone; an outer forward's input_ids only make decoder ids (PP-FormulaNet:
+        # shift_tokens_right when no decoder_input_ids are given, modeling_pp_formulanet.py:991-992).
         return EncoderInputs(tensors, recipe)
     vocab = int(model.config.get_text_config(decoder=True).vocab_size)
     text = text_ids(batch, length, seed + 2, vocab, forbidden).to(device)
