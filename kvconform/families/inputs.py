@@ -252,10 +252,27 @@ def image_encoder_inputs(model: Model, batch: int, length: int, seed: int, forbi
     try:
         token = image_token_id(model.config)
     except ValueError:  # the image goes beside the text, not into placeholders (UDOP)
-        return EncoderInputs({"input_ids": text, **tensors}, f"{recipe}; input_ids [B, {length}]")
+        boxes = _word_boxes(batch, length, seed) if _accepts(model, "bbox") else {}
+        placed = f" with a word box each (bbox [B, {length}, 4])" if boxes else ""
+        return EncoderInputs({"input_ids": text, **tensors, **{k: v.to(device) for k, v in boxes.items()}},
+                             f"{recipe}; input_ids [B, {length}]{placed}")
     count = count_features(model, tensors) // batch
     ids = torch.cat([torch.full((batch, count), token, device=device), text], dim=1)
     return EncoderInputs({"input_ids": ids, **tensors}, f"{recipe}; {count} image tokens before {length} text tokens")
+
+
+#: The scale of the word boxes a layout tokenizer gives each token (UdopTokenizer: "normalized to be on a 0-1000 scale").
+BOX_SCALE = 1000
+
+
+def _word_boxes(batch: int, length: int, seed: int) -> dict[str, torch.Tensor]:
+    """One box per text token where the image is placed by each token's box (UDOP merges the patch under a token's box
+    into it, modeling_udop.py:173-200): its tokenizer gives every token its word's (x0, y0, x1, y1) on the 0-1000 scale;
+    seeded boxes with x0 <= x1 and y0 <= y1, as transformers' own UdopModelTester draws them (float, range 1000)."""
+    generator = torch.Generator().manual_seed(seed + 5)
+    corners = torch.randint(BOX_SCALE, (batch, length, 2, 2), generator=generator).float()
+    low, high = corners.min(dim=2).values, corners.max(dim=2).values
+    return {"bbox": torch.cat([low, high], dim=-1)}
 
 
 def encoder_inputs(model: Model, batch: int, length: int, seed: int, forbidden: set[int]) -> EncoderInputs:
