@@ -18,6 +18,8 @@
   hand-driven decode (which passes the pixel values) keep the image;
 - ``decode_steps_drop_the_image``: IDEFICS' decode steps attend to no image (their rows of ``image_attention_mask`` zeroed),
   as a generate() that did not carry the mask's last row would run them;
+- ``reference_window_never_evicts``: UnlimitedOcr's reference sliding window layers keep every decoded token (their window
+  never slides); the mask still attends by the config's window, so the logits stay right and the memory grows;
 - ``codebook_reads_another_codebook``: MusicGen's decode steps embed codebook 1's stream from codebook 0's ids, so the
   K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched).
 """
@@ -179,6 +181,18 @@ def _codebook_crossed() -> list[Patch]:
     return [(MusicgenDecoder, "forward", forward)]
 
 
+def _reference_window_never_evicts() -> list[Patch]:
+    from transformers.models.unlimited_ocr.modeling_unlimited_ocr import UnlimitedOcrDynamicReferenceSlidingWindowLayer as Layer
+
+    original = Layer.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, sliding_window: int | None = None, **kwargs: Any) -> None:
+        original(self, sliding_window=1_000_000, **kwargs)
+
+    return [(Layer, "__init__", __init__)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_grows": lambda: _cross_cache_patch(short=False),
     "cross_recomputed_short": lambda: _cross_cache_patch(short=True),
@@ -190,6 +204,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cached_generate_drops_the_image": _cached_generate_drops_the_image,
     "decode_steps_drop_the_image": _decode_steps_drop_the_image,
     "codebook_reads_another_codebook": _codebook_crossed,
+    "reference_window_never_evicts": _reference_window_never_evicts,
 }
 
 

@@ -18,7 +18,7 @@ from tests.family_faults import planted
 MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE,
           "blip-2": VISION_LANGUAGE, "blip": VISION_LANGUAGE, "idefics": VISION_LANGUAGE, "instructblipvideo": VISION_LANGUAGE, "kosmos-2.5": VISION_LANGUAGE,
           "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
-          "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO}
+          "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE}
 
 
 @pytest.fixture(scope="session")
@@ -232,6 +232,31 @@ def test_a_prefix_lm_decodes_its_suffix_causally(family_model):
     finally:
         multimodal.prefix_lm_types = original
     assert not unmarked["parity"].passed and "not prefix-stable" in unmarked["parity"].message
+
+
+def test_a_reference_sliding_window_is_checked_as_its_generate_masks_it(family_model, monkeypatch):
+    """UnlimitedOcr's reference sliding window (R-SWA): every decoded token attends to the prompt and the last 4 tokens.
+    Its layers hold the prompt plus window-1 decoded tokens, and the reference is one pass with the prompt's length
+    declared on an empty cache, as its generate() declares it: a pass without a cache takes every token for prompt and
+    leaves the healthy decode from the first step past the window. A window that never evicts fails the layout checks."""
+    from kvconform.families import media_calls, multimodal
+
+    model = family_model("unlimited_ocr")
+    probe, results = probe_and_check(model, VISION_LANGUAGE)
+    prompt = probe.record.plan.prompt_length
+    stored = "→".join(str(prompt + min(step, 3)) for step in range(9))
+    assert f"reference_sliding layers (window 4): {stored}" in results["growth"].message, results["growth"].message
+    assert results["parity"].passed and results["text_only"].passed and results["media_calls"].passed
+    for module in (multimodal, media_calls):
+        monkeypatch.setattr(module, "whole_pass", lambda model, prompt_length: {"use_cache": False})
+    _, undeclared = probe_and_check(model, VISION_LANGUAGE)
+    assert "at decode step 5" in undeclared["parity"].message, undeclared["parity"].message
+    monkeypatch.undo()
+    with planted("reference_window_never_evicts"):
+        _, kept = probe_and_check(model, VISION_LANGUAGE)
+    failed = {name for name, result in kept.items() if not result.passed}
+    assert {"growth", "shapes", "bytes"} <= failed and kept["parity"].passed, failed
+    assert f"stores {prompt + 4} positions after decode step 4" in kept["growth"].message, kept["growth"].message
 
 
 def test_language_model_positions_that_restart_after_the_image_are_caught_and_located(family_model):

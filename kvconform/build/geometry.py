@@ -13,8 +13,9 @@ from typing import Any
 from kvconform.build.architecture_table import cache_layout_facts
 from kvconform.compat import mla_caches_latents
 
-#: Layer types that keep K/V per token, and how many tokens they keep.
-FULL, SLIDING, NO_KV = "full", "sliding", "no_kv"
+#: Layer types that keep K/V per token, and how many tokens they keep. A reference sliding window (R-SWA) keeps the
+#: prompt whole and a window of the tokens decoded after it (UnlimitedOcrDynamicReferenceSlidingWindowLayer).
+FULL, SLIDING, REFERENCE_SLIDING, NO_KV = "full", "sliding", "reference_sliding", "no_kv"
 _LAYER_TYPE_KIND = {
     "full_attention": FULL,
     "attention": FULL,
@@ -28,6 +29,7 @@ _LAYER_TYPE_KIND = {
     # Compressed attention keeps its raw recent tokens in a sliding window; compressed entries live elsewhere.
     "heavily_compressed_attention": SLIDING,
     "compressed_sparse_attention": SLIDING,
+    "reference_sliding_attention": REFERENCE_SLIDING,
 }
 #: Layer types that keep no per-token K/V (recurrent/conv state, or none at all).
 _NO_KV_TYPES = {"linear_attention", "conv", "mamba", "mamba2", "ssm", "recurrent", "moe", "mlp", "dummy", "rwkv"}
@@ -51,10 +53,20 @@ class LayerGeometry:
     def keeps_kv(self) -> bool:
         return self.kind != NO_KV
 
-    def stored_length(self, seen: int, max_cache_len: int | None) -> int:
-        """Tokens this layer must hold after ``seen`` tokens (static caches: ``max_cache_len``)."""
+    def stored_length(self, seen: int, max_cache_len: int | None, prompt: int = 0) -> int:
+        """Tokens this layer must hold after ``seen`` tokens of which the first ``prompt`` were the prefill (static caches:
+        ``max_cache_len``)."""
         if self.kind == NO_KV:
             return 0
+        if self.kind == REFERENCE_SLIDING and self.window is not None:
+            # The prompt whole, then the window over the decoded tokens: a dynamic layer keeps the last window-1 decoded
+            # tokens (its DynamicSlidingWindowLayer part); a static one preallocates min(window, max_cache_len) window
+            # slots and, before them, the prompt's in what max_cache_len leaves
+            # (UnlimitedOcrStaticReferenceSlidingWindowLayer.__init__ and _allocate_key_value_buffers).
+            if max_cache_len is not None:
+                window = min(self.window, max_cache_len)
+                return min(prompt, max_cache_len - window) + window
+            return prompt + min(seen - prompt, self.window - 1)
         if max_cache_len is not None:
             return max_cache_len if self.window is None else min(self.window, max_cache_len)
         if self.window is None:
@@ -62,13 +74,14 @@ class LayerGeometry:
         # A query attends to itself plus the previous window-1 keys: that is all the cache needs.
         return min(seen, self.window - 1)
 
-    def expected_shapes(self, batch: int, seen: int, max_cache_len: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        length = self.stored_length(seen, max_cache_len)
+    def expected_shapes(self, batch: int, seen: int, max_cache_len: int | None,
+                        prompt: int = 0) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        length = self.stored_length(seen, max_cache_len, prompt)
         return (batch, self.kv_heads, length, self.k_head_dim), (batch, self.kv_heads, length, self.v_head_dim)
 
-    def expected_bytes(self, batch: int, seen: int, max_cache_len: int | None, bytes_per_value: float) -> int:
+    def expected_bytes(self, batch: int, seen: int, max_cache_len: int | None, bytes_per_value: float, prompt: int = 0) -> int:
         """The seeds' formula for one layer: (d_k + d_v) × H_kv × S_layer × B × bytes."""
-        length = self.stored_length(seen, max_cache_len)
+        length = self.stored_length(seen, max_cache_len, prompt)
         return int((self.k_head_dim + self.v_head_dim) * self.kv_heads * length * batch * bytes_per_value)
 
 
@@ -83,8 +96,8 @@ class CacheGeometry:
     def kv_layers(self) -> tuple[LayerGeometry, ...]:
         return tuple(layer for layer in self.layers if layer.keeps_kv)
 
-    def expected_bytes(self, batch: int, seen: int, max_cache_len: int | None, bytes_per_value: float) -> int:
-        return sum(layer.expected_bytes(batch, seen, max_cache_len, bytes_per_value) for layer in self.layers)
+    def expected_bytes(self, batch: int, seen: int, max_cache_len: int | None, bytes_per_value: float, prompt: int = 0) -> int:
+        return sum(layer.expected_bytes(batch, seen, max_cache_len, bytes_per_value, prompt) for layer in self.layers)
 
 
 def _get(config: Any, *names: str) -> Any:
@@ -179,9 +192,9 @@ def _layer_kind(config: Any, layer_config: Any, index: int) -> tuple[str, str, i
         if name in _NO_KV_TYPES:
             return NO_KV, f"layer_types[{index}]={name!r}", None
         kind = _LAYER_TYPE_KIND.get(name, FULL)
-        if kind == SLIDING:
+        if kind in (SLIDING, REFERENCE_SLIDING):
             window = _get(layer_config, "attention_chunk_size") if name == "chunked_attention" else _get(layer_config, "sliding_window")
-            return SLIDING, f"layer_types[{index}]={name!r}, window {window}", int(window)
+            return kind, f"layer_types[{index}]={name!r}, window {window}", int(window)
         return FULL, f"layer_types[{index}]={name!r}", None
     if window is not None:
         return SLIDING, f"sliding_window={window}", int(window)

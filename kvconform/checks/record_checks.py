@@ -10,7 +10,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple
 
-from kvconform.build.geometry import CacheGeometry, LayerGeometry
+from kvconform.build.geometry import REFERENCE_SLIDING, CacheGeometry, LayerGeometry
 from kvconform.checks import path_checks
 from kvconform.checks.formula import int_quantized_bytes, residual_split
 from kvconform.checks.table import PATH_CHECKS, RECORD_CHECKS
@@ -250,11 +250,12 @@ def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> tuple
         for layer, state in zip(geometry.layers, step.layers, strict=False):
             if not layer.keeps_kv or state.keys_shape is None:
                 continue
-            want = layer.stored_length(seen, record.max_cache_len)
+            want = layer.stored_length(seen, record.max_cache_len, record.plan.prompt_length)
             got = state.keys_shape[-2]
             if got != want:
                 rule = "the preallocated length" if record.max_cache_len else (
-                    f"min(tokens, window-1) for window {layer.window}" if layer.window else "every token seen"
+                    f"the prompt + min(decoded tokens, window-1) for window {layer.window}" if layer.kind == REFERENCE_SLIDING
+                    else f"min(tokens, window-1) for window {layer.window}" if layer.window else "every token seen"
                 )
                 return (
                     f"layer {layer.index} ({layer.reason}) stores {got} positions after "
@@ -314,7 +315,7 @@ def _layer_shape_problem(layer: LayerGeometry, state: LayerState, batch: int, se
             text = f"config says this layer keeps no K/V, but the cache stores keys {list(state.keys_shape)}"
             return _ShapeProblem(text, list(state.keys_shape), None)
         return None
-    want_k, want_v = layer.expected_shapes(batch, seen, record.max_cache_len)
+    want_k, want_v = layer.expected_shapes(batch, seen, record.max_cache_len, record.plan.prompt_length)
     if state.keys_shape is None or state.values_shape is None:
         return _ShapeProblem("expected K/V tensors, the cache layer holds none", None, list(want_k))
     stored: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = (
@@ -345,7 +346,7 @@ def cache_bytes(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     for step in record.steps:
         seen = record.plan.prompt_length + step.step
         measured = sum(state.kv_bytes for state in step.layers)
-        expected = geometry.expected_bytes(batch, seen, record.max_cache_len, per_value) + scales
+        expected = geometry.expected_bytes(batch, seen, record.max_cache_len, per_value, record.plan.prompt_length) + scales
         trace.append((measured, expected))
         if measured != expected:
             ratio = measured / expected if expected else float("inf")
@@ -369,7 +370,7 @@ def _formula_text(geometry: CacheGeometry, batch: int, seen: int, record: ProbeR
     first = kv[0]
     text = (
         f"Σ over {len(kv)} K/V layers of (d_k {first.k_head_dim} + d_v {first.v_head_dim}) × H_kv {first.kv_heads}"
-        f" × S_layer × B {batch} × {per_value} bytes (S_layer = {first.stored_length(seen, record.max_cache_len)} for layer {first.index})"
+        f" × S_layer × B {batch} × {per_value} bytes (S_layer = {first.stored_length(seen, record.max_cache_len, record.plan.prompt_length)} for layer {first.index})"
     )
     stored = STORED_DTYPE.get(record.plan.cache)
     if stored is None:

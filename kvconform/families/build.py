@@ -8,6 +8,7 @@ image tokens, and T5-style ``d_kv`` and multimodal rotary sections follow the sh
 from __future__ import annotations
 
 import copy
+import math
 from collections import OrderedDict
 from collections.abc import Mapping
 from functools import cache
@@ -24,6 +25,7 @@ from kvconform.families.registry import (
     family_model_types,
     family_overrides,
     image_encoder_decoder_types,
+    published_as,
     text_to_audio_names,
 )
 from kvconform.transformers_memo import auto_mapping
@@ -118,13 +120,22 @@ def _fit_mrope(values: dict[str, Any]) -> None:
         rope["mrope_section"] = _scaled_section(list(rope.get("mrope_section") or DEFAULT_MROPE_SECTION), rotary // 2)
 
 
-def _scale_grid(merged: dict[str, Any], full: Mapping[str, Any]) -> None:
-    """Anyres grids (``image_grid_pinpoints``) scaled with the tower, as a checkpoint's match its tower's size."""
-    native = (full.get("vision_config") or {}).get("image_size")
+def _scale_grid(merged: dict[str, Any]) -> None:
+    """Anyres grids (``image_grid_pinpoints``) scaled with the tower: each side whole tiles of the shrunk tower's image.
+
+    A checkpoint's grid is whole tiles of its tower's image_size (llava-hf/llava-v1.6-mistral-7b-hf: 336,
+    ibm-granite/granite-vision-4.1-4b: 384), and the model reads the tile count as side // image_size
+    (``get_anyres_image_grid_shape``). The tile is the grid's own (the gcd of its sides): a default config may pair it with
+    a tower of another size (Granite4Vision: a 336-pixel grid and CLIP's default 224, so 336 scaled by 32 / 224 would be
+    1.5 tiles).
+    """
     tower = (merged.get("vision_config") or {}).get("image_size")
     grid = merged.get("image_grid_pinpoints")
-    if isinstance(native, int) and isinstance(tower, int) and isinstance(grid, list) and native != tower:
-        merged["image_grid_pinpoints"] = [[max(tower, round(side * tower / native)) for side in pair] for pair in grid]
+    if not isinstance(tower, int) or not isinstance(grid, list) or not grid:
+        return
+    tile = math.gcd(*(int(side) for pair in grid for side in pair))
+    if tile and tile != tower:
+        merged["image_grid_pinpoints"] = [[max(tower, round(side * tower / tile)) for side in pair] for pair in grid]
 
 
 #: First id of the VQ image codes in a Chameleon-style vocabulary map (codes fill ids from here on).
@@ -149,11 +160,8 @@ def _default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConf
         return AutoConfig.for_model(model_type, **copy.deepcopy(dict(fixes)))
 
 
-def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, Any] | None = None) -> PreTrainedConfig:
-    """The default config of ``model_type`` shrunk for ``family``, then ``families.yaml``'s and the caller's overrides."""
-    known = family_model_types(family)
-    if model_type not in known:
-        raise ValueError(f"{model_type!r} is not a {family} model type of the installed transformers")
+def _shrunk_values(model_type: str, family: str) -> dict[str, Any]:
+    """The fields of ``model_type``'s default config that the family shrink and ``families.yaml``'s overrides change."""
     fixes = family_overrides(model_type)
     default = _default_config(model_type, fixes)
     full = default.to_dict()
@@ -161,14 +169,34 @@ def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, A
     _shrink_towers(merged)
     if family == VISION_LANGUAGE:
         _fit_mrope(merged)
-        _scale_grid(merged, full)
+        _scale_grid(merged)
     if family in (SEQ2SEQ, SPEECH_SEQ2SEQ):
         _unequal_halves(merged)
     # Only what changed goes back in (sub-configs whole), as the causal shrink does.
     values = {key: value for key, value in merged.items() if value != full.get(key)}
     merge_overrides(values, fixes)
-    merge_overrides(values, overrides or {})
     _code_names({**full, **values})
+    return values
+
+
+def shrink_family_config(model_type: str, family: str, overrides: Mapping[str, Any] | None = None) -> PreTrainedConfig:
+    """The default config of ``model_type`` shrunk for ``family``, then ``families.yaml``'s and the caller's overrides.
+
+    A type ``families.yaml`` lists under ``published_as`` is built as its checkpoints are published: the shrunk config
+    as the named sub-config of the other type's shrunk config (Mistral-Small-4: a ``mistral4`` text_config inside
+    ``mistral3``); the caller's overrides address that outer config.
+    """
+    known = family_model_types(family)
+    if model_type not in known:
+        raise ValueError(f"{model_type!r} is not a {family} model type of the installed transformers")
+    values = _shrunk_values(model_type, family)
+    outer = published_as(model_type)
+    if outer is not None:
+        inner = AutoConfig.for_model(model_type, **values)
+        values = _shrunk_values(outer.model_type, family)
+        values[outer.sub_config] = inner.to_dict()
+        model_type = outer.model_type
+    merge_overrides(values, overrides or {})
     return AutoConfig.for_model(model_type, **values)
 
 

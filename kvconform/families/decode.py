@@ -172,10 +172,17 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
 
 def _max_cache_len(cache: Any, kind: str) -> int | None:
     """A static cell's preallocated length: the longest of its layers' (a sliding layer holds at most its window), of the
-    self-attention half of an encoder-decoder cache."""
-    lengths = [getattr(layer, "max_cache_len", None) for layer in cache_layers(cache)]
+    self-attention half of an encoder-decoder cache. A layer that keeps the prompt apart from its window counts the slots
+    it keeps the prompt in (UnlimitedOcr's reference sliding window: ``prefill_max_cache_len``, what the cache's
+    max_cache_len leaves beside the window)."""
+    lengths = [_preallocated(layer) for layer in cache_layers(cache)]
     known = [length for length in lengths if isinstance(length, int)]
     return max(known) if kind == "static" and known else None
+
+
+def _preallocated(layer: Any) -> int | None:
+    length, prompt = getattr(layer, "max_cache_len", None), getattr(layer, "prefill_max_cache_len", 0)
+    return length + prompt if isinstance(length, int) and isinstance(prompt, int) else length
 
 
 def _pairs(decoded: list[Any], fresh: list[Any]) -> list[Any]:

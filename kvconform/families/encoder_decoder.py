@@ -57,6 +57,17 @@ def _decoder_start(model: Model) -> int:
     return 3
 
 
+def attended_length(outputs: Any) -> int:
+    """Positions of the encoder output the decoder's cross-attention reads: ``last_hidden_state``, or where that is no
+    sequence of vectors, the ``pooler_output`` tokens (PP-FormulaNet: the neck's [B, C, H, W] map, and the projector's
+    [B, S, d_model] tokens PPFormulaNetModel.forward hands the decoder, modeling_pp_formulanet.py:1013)."""
+    hidden = outputs[0]
+    pooled = getattr(outputs, "pooler_output", None)
+    if hidden.dim() != 3 and isinstance(pooled, torch.Tensor) and pooled.dim() == 3:
+        return int(pooled.shape[1])
+    return int(hidden.shape[1])
+
+
 def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
     """Prefill (encoder + decoder prompt), decode ``plan.decode_steps`` steps, compare with one uncached decoder pass."""
     keyword = cache_keyword(model)
@@ -88,7 +99,7 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
         # the image merged in by the outer model (Florence-2) runs inside the outer forward of the prefill.
         if alone:
             encoded["outputs"] = encoder(**encoder_in.tensors)
-            return decoder(prompt, True, **static(int(encoded["outputs"][0].shape[1])))
+            return decoder(prompt, True, **static(attended_length(encoded["outputs"])))
         output = model(**encoder_in.tensors, decoder_input_ids=prompt, use_cache=True, **static(outer_length or 0))
         encoded["outputs"] = BaseModelOutput(last_hidden_state=output.encoder_last_hidden_state)
         return output
@@ -119,7 +130,7 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
         run = drive(model, plan, driver)
     finally:
         hook.remove()
-    return EncoderDecoderRun(run, int(encoded["outputs"][0].shape[1]), encoded["calls"], encoder_in.recipe,
+    return EncoderDecoderRun(run, attended_length(encoded["outputs"]), encoded["calls"], encoder_in.recipe,
                              _generate_inputs(model, encoder_in.tensors, prompt))
 
 

@@ -74,7 +74,7 @@ class CrossLayerGeometry(LayerGeometry):
 
     encoder_length: int = 0
 
-    def stored_length(self, seen: int, max_cache_len: int | None) -> int:
+    def stored_length(self, seen: int, max_cache_len: int | None, prompt: int = 0) -> int:
         return self.encoder_length
 
 

@@ -224,6 +224,10 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
         pixels = torch.randn(batch * GRID * GRID, channels * temporal * patch * patch, generator=generator)
         tensors = {"pixel_values": pixels.to(dtype), "image_grid_thw": torch.tensor([[1, GRID, GRID]] * batch)}
         recipe = f"flattened {GRID}x{GRID} patches with image_grid_thw"
+    elif _accepts(model, "image_grid_hw"):  # the same without the temporal axis (NemotronH Omni's processor layout)
+        pixels = torch.randn(batch * GRID * GRID, channels * patch * patch, generator=generator)
+        tensors = {"pixel_values": pixels.to(dtype), "image_grid_hw": torch.tensor([[GRID, GRID]] * batch)}
+        recipe = f"flattened {GRID}x{GRID} patches with image_grid_hw"
     else:
         size = _first(vision, "image_size")
         size = int(size[0] if isinstance(size, (list, tuple)) else size or GRID * patch)
@@ -238,7 +242,7 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
     try:
         count = count_features(model, tensors)
     except Exception:
-        if "image_grid_thw" in tensors or not _accepts(model, "image_sizes"):
+        if "image_grid_thw" in tensors or "image_grid_hw" in tensors or not _accepts(model, "image_sizes"):
             raise
         # Towers of any size (Pixtral) need each image's size; others reject the argument.
         tensors["image_sizes"] = torch.tensor([list(tensors["pixel_values"].shape[-2:])] * batch, device=device)
@@ -258,6 +262,11 @@ def count_features(model: Model, tensors: dict[str, torch.Tensor], getter_name: 
         names |= _named(inner)  # a forwarder passes **kwargs on to the inner model's (image_merge_sizes)
     output = getter(**{k: v for k, v in tensors.items() if k in names})
     features = getattr(output, "pooler_output", None)
+    layered = getattr(output, "deepstack_features", None)
+    if features is None and isinstance(layered, (list, tuple)) and layered:
+        # Only (decoder layer, per-image features) pairs, every pair one row per placeholder: the forward places the
+        # first pair's (Granite4Vision, modeling_granite4_vision.py:1000-1006) and its generate() counts them so (:1208).
+        features = layered[0][1]
     features = output if features is None else features
     if isinstance(features, torch.Tensor):
         return int(features.reshape(-1, features.shape[-1]).shape[0])
@@ -306,17 +315,37 @@ def image_encoder_inputs(model: Model, batch: int, length: int, seed: int, forbi
         pixels = torch.randn(batch, channels, size, size, generator=generator).to(next(model.parameters()).dtype)
         tensors, recipe = {"pixel_values": pixels}, f"no image processor ({exc}): pixel_values [B, {channels}, {size}, {size}]"
     tensors = {k: v.to(device) for k, v in tensors.items()}
-    if not _accepts(model, "input_ids"):
+    encoder = model.get_encoder()
+    if not _accepts(model, "input_ids") or not {"input_ids", "inputs_embeds"} & _named(encoder.forward):
+        # The encoder reads the image alone; an outer forward's input_ids only make decoder ids (PP-FormulaNet:
+        # shift_tokens_right when no decoder_input_ids are given, modeling_pp_formulanet.py:991-992).
         return EncoderInputs(tensors, recipe)
     vocab = int(model.config.get_text_config(decoder=True).vocab_size)
     text = text_ids(batch, length, seed + 2, vocab, forbidden).to(device)
     try:
         token = image_token_id(model.config)
     except ValueError:  # the image goes beside the text, not into placeholders (UDOP)
-        return EncoderInputs({"input_ids": text, **tensors}, f"{recipe}; input_ids [B, {length}]")
+        boxes = _word_boxes(batch, length, seed) if _accepts(model, "bbox") else {}
+        placed = f" with a word box each (bbox [B, {length}, 4])" if boxes else ""
+        return EncoderInputs({"input_ids": text, **tensors, **{k: v.to(device) for k, v in boxes.items()}},
+                             f"{recipe}; input_ids [B, {length}]{placed}")
     count = count_features(model, tensors) // batch
     ids = torch.cat([torch.full((batch, count), token, device=device), text], dim=1)
     return EncoderInputs({"input_ids": ids, **tensors}, f"{recipe}; {count} image tokens before {length} text tokens")
+
+
+#: The scale of the word boxes a layout tokenizer gives each token (UdopTokenizer: "normalized to be on a 0-1000 scale").
+BOX_SCALE = 1000
+
+
+def _word_boxes(batch: int, length: int, seed: int) -> dict[str, torch.Tensor]:
+    """One box per text token where the image is placed by each token's box (UDOP merges the patch under a token's box
+    into it, modeling_udop.py:173-200): its tokenizer gives every token its word's (x0, y0, x1, y1) on the 0-1000 scale;
+    seeded boxes with x0 <= x1 and y0 <= y1, as transformers' own UdopModelTester draws them (float, range 1000)."""
+    generator = torch.Generator().manual_seed(seed + 5)
+    corners = torch.randint(BOX_SCALE, (batch, length, 2, 2), generator=generator).float()
+    low, high = corners.min(dim=2).values, corners.max(dim=2).values
+    return {"bbox": torch.cat([low, high], dim=-1)}
 
 
 def encoder_inputs(model: Model, batch: int, length: int, seed: int, forbidden: set[int]) -> EncoderInputs:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from kvconform.families.inputs import MediaInputs
-from kvconform.probe.cache_io import fixed_length_config
+from kvconform.probe.cache_io import fixed_length_config, whole_pass
 from kvconform.probe.variants import row_delta
 
 Model = Any
@@ -60,7 +60,8 @@ def _call(model: Model, what: str, prompt: torch.Tensor, media: MediaInputs | No
     except Exception as exc:  # noqa: BLE001 - a crash of one call fails this check, with its words
         return GenerateCall(what, [], 0.0, 0.0, error=f"generate() raised {type(exc).__name__}: {exc}"[:500])
     full = out.sequences
-    reference = model(input_ids=full, use_cache=False, **inputs(full, media, prompt.shape[1])).logits[:, prompt.shape[1] - 1 : -1]
+    reference = model(input_ids=full, **inputs(full, media, prompt.shape[1]), **whole_pass(model, prompt.shape[1]))
+    reference = reference.logits[:, prompt.shape[1] - 1 : -1]
     delta = max(float(row_delta(logits, reference[:, k]).max()) for k, logits in enumerate(out.logits))
     scale = float(torch.nan_to_num(reference.float()).abs().max())
     return GenerateCall(what, full[:, prompt.shape[1] :].tolist(), delta, scale)

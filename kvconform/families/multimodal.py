@@ -27,7 +27,7 @@ from kvconform.families.encoder_decoder import cross_layers
 from kvconform.families.inputs import MediaInputs, image_delimiters, needs_an_image, special_token_ids, text_ids
 from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import decoder_prompt, prefix_lm_types
-from kvconform.probe.cache_io import new_cache, returned_cache
+from kvconform.probe.cache_io import new_cache, returned_cache, whole_pass
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.generate_inputs import GenerateInputs
 
@@ -84,10 +84,16 @@ def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: MediaInp
         hook = cross.register_forward_pre_hook(keep_encoder_states, with_kwargs=True) if cross is not None else None
         try:
             output = model(input_ids=ids, use_cache=True, **pixels(ids), **({keyword: cache} if cache is not None else {}))
+            output = getattr(output, "language_model_outputs", None) or output
+            if cache is None and returned_cache(output) is None:
+                # A forward that builds no cache of its own (Granite4Vision's text model, modeling_granite4_vision.py:
+                # 590-628, only passes on the one it is given) gets the DynamicCache generate() would give it.
+                cache = DynamicCache(config=decoder.config)
+                output = model(input_ids=ids, use_cache=True, **pixels(ids), **{keyword: cache})
+                output = getattr(output, "language_model_outputs", None) or output
         finally:
             if hook is not None:
                 hook.remove()
-        output = getattr(output, "language_model_outputs", None) or output
         return output if returned_cache(output) is not None or cache is None else _with_cache(output, cache)
 
     def step(token: torch.Tensor, cache: Any) -> Any:
@@ -99,7 +105,7 @@ def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: MediaInp
         prompt=prompt,
         prefill=lambda: cached(prompt),
         step=step,
-        reference=lambda ids: model(input_ids=ids, use_cache=False, **pixels(ids)),
+        reference=lambda ids: model(input_ids=ids, **pixels(ids), **whole_pass(model, prompt.shape[1])),
         fresh=cached,
         forbidden=forbidden,
         extra_halves={CROSS_HALF: cross_layers} if cross is not None else {},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
@@ -28,6 +29,21 @@ def family_overrides(model_type: str) -> dict[str, Any]:
 def image_processor_overrides(model_type: str) -> dict[str, Any]:
     """Constructor arguments of a type's image processor beyond the scaling to the shrunk tower (families.yaml)."""
     return copy.deepcopy((family_table().get("image_processor") or {}).get(model_type, {}))
+
+
+@dataclass(frozen=True)
+class PublishedAs:
+    """Where a type's published checkpoints put it: the ``sub_config`` of a ``model_type`` config (families.yaml)."""
+
+    model_type: str
+    sub_config: str
+    source: str
+
+
+def published_as(model_type: str) -> PublishedAs | None:
+    """The composite config ``model_type``'s checkpoints are published in (``published_as`` in families.yaml), if any."""
+    entry = (family_table().get("published_as") or {}).get(model_type)
+    return PublishedAs(**entry) if entry else None
 
 
 def prefix_lm_types() -> frozenset[str]:

@@ -11,7 +11,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.build.support import QUANTIZED_BACKEND, int_cache_config, quantized_cache
-from kvconform.compat import CACHE_KEYWORDS, generation_positions, layer_lists
+from kvconform.compat import CACHE_KEYWORDS, cache_keyword, generation_positions, layer_lists
 from kvconform.matrix import INT_QUANTIZED, QUANTIZED_KINDS
 
 
@@ -82,6 +82,31 @@ def make_prompt(batch_size: int, prompt_length: int, seed: int, vocab_size: int,
     high = max(4, min(vocab_size, 32000))
     ids = torch.randint(3, high, (batch_size, prompt_length), generator=generator)
     return ids.to(device)
+
+
+def whole_pass(model: Model, prompt_length: int) -> dict[str, Any]:
+    """Forward arguments of the reference: ONE pass over a whole sequence whose first ``prompt_length`` tokens are the prompt.
+
+    A pass without a cache, except where the model's own cache layers are told where the prompt ends
+    (``set_prefill_length``): a reference sliding window (R-SWA, UnlimitedOcr) lets every decoded token attend to the
+    prompt and the last ``sliding_window`` tokens, which a pass without a cache cannot know: it takes every token for the
+    prompt (``create_reference_sliding_window_causal_mask``: prefill_length inf, modeling_unlimited_ocr.py:1676-1683).
+    Such a model gets an empty cache of its own layers with the prompt's length declared, as its generate() declares it
+    before the prefill (``UnlimitedOcrGenerationMixin._prefill``): the one pass then masks as the decode steps attend, and
+    reads no K/V but its own.
+    """
+    from transformers import DynamicCache
+
+    try:
+        cache = DynamicCache(config=model.config)
+    except (KeyError, TypeError, ValueError, AttributeError):  # layer types no DynamicCache builds: nothing declared there
+        return {"use_cache": False}
+    declared = [layer for layer in cache.layers if callable(getattr(layer, "set_prefill_length", None))]
+    if not declared:
+        return {"use_cache": False}
+    for layer in declared:
+        layer.set_prefill_length(prompt_length)
+    return {"use_cache": True, cache_keyword(model): cache}
 
 
 def new_cache(model: Model, kind: str, max_len: int) -> Any:

@@ -42,6 +42,13 @@ def snapshot_layers(cache: Any) -> list[LayerState]:
         keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
         kv = (keys, values) if isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 3 else None
         kv_bytes = sum(t.numel() * t.element_size() for t in kv) if kv else 0
+        shapes = [tuple(t.shape) for t in kv] if kv else [None, None]
+        prompt = _prompt_part(layer)
+        if prompt:  # the prompt kept apart from the window (reference sliding window): the layer holds both
+            kv_bytes += sum(t.numel() * t.element_size() for t in prompt)
+            shapes = [(*part.shape[:-2], part.shape[-2] + (t.shape[-2] if kv else 0), part.shape[-1])
+                      for t, part in zip(kv or prompt, prompt, strict=True)]
+            kv = kv or prompt
         other = [
             tuple(t.shape)
             for name in ("conv_states", "recurrent_states")
@@ -52,14 +59,23 @@ def snapshot_layers(cache: Any) -> list[LayerState]:
             LayerState(
                 index=index,
                 layer_class=type(layer).__name__,
-                keys_shape=tuple(kv[0].shape) if kv else None,
-                values_shape=tuple(kv[1].shape) if kv else None,
+                keys_shape=shapes[0],
+                values_shape=shapes[1],
                 dtype=str(kv[0].dtype).removeprefix("torch.") if kv else None,
                 kv_bytes=kv_bytes,
                 state_shapes=tuple(other),
             )
         )
     return states
+
+
+def _prompt_part(layer: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The prompt's K/V a layer keeps beside its ``keys``/``values`` window (``prefill_keys``/``prefill_values``: the
+    reference sliding window layers of UnlimitedOcr, modeling_unlimited_ocr.py:1272-1323), else ``None``."""
+    keys, values = getattr(layer, "prefill_keys", None), getattr(layer, "prefill_values", None)
+    if isinstance(keys, torch.Tensor) and isinstance(values, torch.Tensor) and keys.dim() >= 3:
+        return keys, values
+    return None
 
 
 def _nbytes(tensor: Any) -> int:
