@@ -23,7 +23,7 @@ MODELS = {"llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE, "gemma3": VISIO
 
 def _cell(model_type: str, cache: str = "dynamic") -> Cell:
     settings = Settings(dtypes=("float32",), devices=("cpu",), caches=("dynamic", "static"), tolerances=TOLERANCES,
-                        generate=True, beam=True)
+                        generate=True, beam=True, prefix_reuse=True, crop=True, chunked_prefill=True)
     family = MODELS[model_type]
     return Cell(ModelSpec(id=f"{model_type}-family", source="synthetic", location=model_type, settings=settings, family=family),
                 "float32", "cpu", cache, "sdpa")

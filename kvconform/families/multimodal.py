@@ -24,9 +24,11 @@ from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import MediaInputs, image_delimiters, special_token_ids, text_ids
 from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import prefix_lm_types
-from kvconform.probe.cache_io import new_cache
-from kvconform.probe.decode import ProbePlan
+from kvconform.probe.cache_io import keep_logits, new_cache, seq_length
+from kvconform.probe.decode import ProbePlan, without_paths
+from kvconform.probe.forwards import Forwards, fed_back
 from kvconform.probe.generate_inputs import GenerateInputs
+from kvconform.probe.variants import PathNotApplicable
 
 #: Text tokens before the media; the rest of the prompt follows it.
 TEXT_BEFORE_MEDIA = 2
@@ -70,38 +72,64 @@ def inner_language_model(model: Model) -> Model | None:
     return None
 
 
-def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: MediaInputs | None,
-            forbidden: set[int]) -> Driver:
+def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None) -> Forwards:
+    """The forwards of a vision- or audio-language cell: a call whose ids start the sequence with all of a row's
+    placeholders carries the media (and its modality ids); later calls carry none, as generate() passes the media to the
+    prefill only; a prefix-LM's calls carry each position's token type (the prompt 0, later tokens 1). A call that would
+    split a row's placeholders is not applicable (the chunked prefill of a media prompt is not built: docs/cache-paths.md).
+
+    A model whose own ``generate()`` hands the prompt to an inner language model (BLIP-2) prefills through the outer
+    forward with the image, then continues on the inner model, whose cache the caller keeps."""
     inner = inner_language_model(model)
     decoder = inner if inner is not None else model
-    if inner is not None and image is None:  # its forward needs an image: a text-only prompt is the decoder's
+    if inner is not None and media is None:  # its forward needs an image: a text-only prompt is the decoder's
         model = inner
     keyword = cache_keyword(decoder)
-    total = prompt.shape[1] + plan.decode_steps
-    segments = _segments(model, prompt.shape[1])
+    prompt_length = prompt.shape[1]
+    prefix_lm = model.config.model_type in prefix_lm_types()
 
-    def pixels(ids: torch.Tensor) -> dict[str, Any]:
-        return {**(image.for_sequence(model, ids) if image is not None else {}), **segments(ids)}
+    def kept(module: Model, keep: int | None) -> dict[str, int]:
+        return keep_logits(module, keep) if keep is not None else {}
 
-    def cached(ids: torch.Tensor) -> Any:
-        cache = new_cache(decoder, plan.cache, total)
+    def types(ids: torch.Tensor, first: int) -> dict[str, torch.Tensor]:
+        """A prefix-LM's token types of ``ids`` at positions ``first``…: the prompt 0, every later token 1."""
+        if not prefix_lm:
+            return {}
+        positions = torch.arange(first, first + ids.shape[1], device=ids.device)
+        return {"token_type_ids": (positions >= prompt_length).to(ids.dtype).expand_as(ids)}
+
+    def media_of(ids: torch.Tensor, first: int) -> dict[str, Any]:
+        if media is None:
+            return {}
+        held = (ids == media.token_id).sum(dim=1)
+        if int(held.max()) == 0:
+            return {}
+        if first == 0 and int(held.min()) == media.tokens_per_row:
+            return media.for_sequence(model, ids)
+        raise PathNotApplicable(f"a forward over positions {first}-{first + ids.shape[1] - 1} holds {held.tolist()} of each row's "
+                                f"{media.tokens_per_row} placeholders: the media goes whole to the prefill")
+
+    def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
         if cache is None and inner is not None:  # kept by the caller: the outer output does not return it
             cache = DynamicCache(config=inner.config)
-        output = model(input_ids=ids, use_cache=True, **pixels(ids), **({keyword: cache} if cache is not None else {}))
-        return getattr(output, "language_model_outputs", None) or output
+        output = model(input_ids=ids, use_cache=True, **media_of(ids, 0), **types(ids, 0), **kept(model, keep),
+                       **({keyword: cache} if cache is not None else {}))
+        return fed_back(getattr(output, "language_model_outputs", None) or output, cache)
 
-    def step(token: torch.Tensor, cache: Any) -> Any:
-        marks = {k: torch.ones_like(token) for k in segments(token)}  # a generated token is in the suffix
-        return decoder(input_ids=token, use_cache=True, **marks, **{keyword: cache})
+    def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        first = seq_length(cache) or 0
+        media_of(ids, first)  # refuses a call that holds placeholders
+        return fed_back(decoder(input_ids=ids, use_cache=True, **types(ids, first), **kept(decoder, keep), **{keyword: cache}), cache)
 
-    return Driver(
-        prompt=prompt,
-        prefill=lambda: cached(prompt),
-        step=step,
-        reference=lambda ids: model(input_ids=ids, use_cache=False, **pixels(ids)),
-        fresh=cached,
-        forbidden=forbidden,
-    )
+    def reference(ids: torch.Tensor, keep: int | None) -> Any:
+        return model(input_ids=ids, use_cache=False, **media_of(ids, 0), **types(ids, 0), **kept(model, keep))
+
+    def default_cache() -> Any:
+        return DynamicCache(config=decoder.config.get_text_config(decoder=True))
+
+    return Forwards(model=model, prompt=prompt, start=start, more=more, reference=reference,
+                    make_cache=lambda kind, length: new_cache(decoder, kind, length), default_cache=default_cache,
+                    row_inputs=media is not None, bidirectional=prompt_length if prefix_lm else 0)
 
 
 @dataclass
@@ -142,13 +170,13 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     device = next(p.device for p in model.parameters())
     text = text_ids(plan.batch_size, plan.prompt_length, plan.seed, vocab, forbidden).to(device)
     # Text only first: nothing the media run leaves on the model (rope_deltas) can reach it.
-    text_only = drive(model, plan, _driver(model, plan, text, None, forbidden))
+    text_only = drive(model, without_paths(plan), Driver(media_forwards(model, text, None), forbidden))
     before, after = image_delimiters(model.config) if noun == "image" else ([], [])
     row = [*before, *[probe.token_id] * probe.tokens_per_row, *after]
     placeholders = torch.tensor([row] * plan.batch_size, device=device)
     prompt = torch.cat([text[:, :TEXT_BEFORE_MEDIA], placeholders, text[:, TEXT_BEFORE_MEDIA:]], dim=1)
     media_plan = replace(plan, prompt_length=prompt.shape[1])
-    with_media = drive(model, media_plan, _driver(model, media_plan, prompt, probe, forbidden))
+    with_media = drive(model, media_plan, Driver(media_forwards(model, prompt, probe), forbidden))
     first = TEXT_BEFORE_MEDIA + len(before)
     wrapped = f" between the processor's start and end ids {before + after}" if before else ""
     recipe = (f"{probe.recipe}, {probe.tokens_per_row} {noun} tokens at positions "

@@ -94,6 +94,12 @@ def cache_layers(cache: Any) -> list[Any]:
     return [_LegacyLayer(*entry) for entry in lists] if lists is not None else []
 
 
+def cross_layers(cache: Any) -> list[Any]:
+    """The cross-attention half's layer objects of an encoder-decoder cache (empty if the cache has no such half)."""
+    half = getattr(cache, "cross_attention_cache", None)
+    return list(getattr(half, "layers", None) or [])
+
+
 @dataclass
 class _LegacyLayer:
     keys: torch.Tensor
