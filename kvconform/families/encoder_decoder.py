@@ -133,8 +133,9 @@ def encoder_decoder_forwards(model: Model, plan: ProbePlan, tensors: dict[str, t
     def default_cache() -> Any:
         from transformers import DynamicCache, EncoderDecoderCache
 
-        config = model.config.get_text_config(decoder=True)
-        return EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+        # The cross half without sliding layers, as T5Gemma's own _prepare_cache_for_generation builds it (:1058-1061).
+        return EncoderDecoderCache(DynamicCache(config=model.config.get_text_config(decoder=True)),
+                                   DynamicCache(config=_cross_config(model)))
 
     forwards = Forwards(model=model, prompt=prompt, start=start, more=more, reference=reference, make_cache=make_cache,
                         default_cache=default_cache, row_inputs=True)
@@ -155,13 +156,18 @@ def _static_cache(model: Model, length: int, encoder_length: int) -> Any:
     from transformers import EncoderDecoderCache, StaticCache
 
     config = model.config.get_text_config(decoder=True)
-    cross = copy.deepcopy(config)
+    return EncoderDecoderCache(StaticCache(config=config, max_cache_len=length),
+                               StaticCache(config=_cross_config(model), max_cache_len=encoder_length))
+
+
+def _cross_config(model: Model) -> Any:
+    """The decoder config without sliding layers, for the cross-attention half (it reads the whole encoder output)."""
+    cross = copy.deepcopy(model.config.get_text_config(decoder=True))
     if getattr(cross, "sliding_window", None) is not None:
         cross.sliding_window = None
     if isinstance(getattr(cross, "layer_types", None), list):
         cross.layer_types = ["full_attention"] * len(cross.layer_types)
-    return EncoderDecoderCache(StaticCache(config=config, max_cache_len=length),
-                               StaticCache(config=cross, max_cache_len=encoder_length))
+    return cross
 
 
 def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: torch.Tensor) -> GenerateInputs:

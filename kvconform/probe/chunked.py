@@ -152,7 +152,8 @@ def run_chunked_generate(model: Model, inputs: GenerateInputs, steps: int, size:
     try:
         chunked = greedy(size)
     except Exception as exc:  # noqa: BLE001 - a crash of generate() fails this path's check only
-        text = f"{type(exc).__name__}: {exc}"[:500]
+        lines = str(exc).splitlines() or [""]  # a module's repr in the message: its first and last line say it
+        text = f"{type(exc).__name__}: {lines[0]}{' … ' + lines[-1] if len(lines) > 1 else ''}"[:500]
         if any(refusal in text for refusal in REFUSALS):
             return ChunkedGenerate([], [], None, not_applicable=f"generate() refuses it: {text}")
         return ChunkedGenerate([], [], None, error=text)

@@ -71,6 +71,10 @@ def run_reorder(forwards: Forwards, plan: Any, sequence: torch.Tensor) -> PathRe
     if change:
         api.problems.append(f"reorder_cache(identity {list(range(batch))}) changed the prefilled cache: {change}")
     cache.reorder_cache(order)
+    if forwards.row_inputs and by_hand is not None:  # where the reference is the same cache moved by hand: which tensor differs
+        moved = first_change(layer_tensors(by_hand), layer_tensors(cache))
+        if moved:
+            api.problems.append(f"reorder_cache({order.tolist()}) left the cache unlike its rows moved by hand: {moved}")
     reordered = sequence[order]
     logits, lengths, cache = _decode(forwards, cache, reordered[:, prompt_length:])
     if by_hand is None:
@@ -90,8 +94,9 @@ def run_reorder(forwards: Forwards, plan: Any, sequence: torch.Tensor) -> PathRe
 
 
 def _rows_moved(cache: Any, order: torch.Tensor) -> Any:
-    """``cache`` with every per-row tensor of its layers (2-D or more, batch first; also inside tuples such as the
-    fp8 layer's ``(values, scale)``) indexed by ``order``."""
+    """``cache`` with every per-row tensor of its layers, in both halves of an encoder-decoder cache (2-D or more, batch
+    first; also inside tuples such as the fp8 layer's ``(values, scale)`` and dicts such as a linear-attention layer's
+    states) indexed by ``order``."""
     batch = len(order)
 
     def moved(value: Any) -> Any:
@@ -99,6 +104,8 @@ def _rows_moved(cache: Any, order: torch.Tensor) -> Any:
             return value.index_select(0, order.to(value.device))
         if isinstance(value, (tuple, list)):
             return type(value)(moved(item) for item in value)
+        if isinstance(value, dict):  # a linear-attention layer's conv and recurrent states, by state index
+            return {key: moved(item) for key, item in value.items()}
         return value
 
     for layer in [*cache_layers(cache), *cross_layers(cache)]:
