@@ -55,6 +55,7 @@ def test_ragged(cell, outcome, verdict):
 @pytest.mark.kvconform_check("prefix_reuse")
 def test_prefix_reuse(cell, outcome, verdict):
     """Continuing a copied prefilled prefix cache equals a fresh run; growth and shapes hold."""
+    _skip_not_applicable(outcome, "prefix_reuse")
     verdict(run("prefix_reuse", cell, outcome))
 
 

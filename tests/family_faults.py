@@ -20,6 +20,12 @@
   as a generate() that did not carry the mask's last row would run them;
 - ``reference_window_never_evicts``: UnlimitedOcr's reference sliding window layers keep every decoded token (their window
   never slides); the mask still attends by the config's window, so the logits stay right and the memory grows;
+- ``cross_half_not_reordered``: an encoder-decoder cache's ``reorder_cache`` moves the self-attention half's rows and
+  leaves the cross-attention half's where they were (each row then reads another row's encoder K/V);
+- ``extend_keeps_last_only``: a multi-token forward on a filled dynamic layer stores only its last token's K/V (as a
+  decode step would): a prefix extended by several tokens, or a prompt chunk after the first, loses the others;
+- ``static_copy_shares_storage``: ``copy.deepcopy`` of a static layer shares its preallocated K/V tensors with the
+  original, so a write into the copy lands in the original too;
 - ``codebook_reads_another_codebook``: MusicGen's decode steps embed codebook 1's stream from codebook 0's ids, so the
   K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched).
 """
@@ -32,7 +38,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
-from transformers.cache_utils import EncoderDecoderCache
+from transformers.cache_utils import DynamicLayer, EncoderDecoderCache, StaticLayer
 from transformers.models.idefics.modeling_idefics import IdeficsModel
 from transformers.models.llava.modeling_llava import LlavaModel
 from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
@@ -193,6 +199,40 @@ def _reference_window_never_evicts() -> list[Patch]:
     return [(Layer, "__init__", __init__)]
 
 
+def _cross_half_not_reordered() -> list[Patch]:
+    def reorder_cache(self: Any, beam_idx: torch.Tensor) -> None:
+        self.self_attention_cache.reorder_cache(beam_idx)
+
+    return [(EncoderDecoderCache, "reorder_cache", reorder_cache)]
+
+
+def _extend_keeps_last_only() -> list[Patch]:
+    original = DynamicLayer.update
+
+    def update(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if not (self.is_initialized and self.keys is not None and self.keys.numel() > 0 and key_states.shape[-2] > 1):
+            return original(self, key_states, value_states, *args, **kwargs)
+        attended = torch.cat([self.keys, key_states], dim=-2), torch.cat([self.values, value_states], dim=-2)
+        self.keys = torch.cat([self.keys, key_states[..., -1:, :]], dim=-2)
+        self.values = torch.cat([self.values, value_states[..., -1:, :]], dim=-2)
+        return attended
+
+    return [(DynamicLayer, "update", update)]
+
+
+def _static_copy_shares_storage() -> list[Patch]:
+    import copy
+
+    def deepcopy(self: Any, memo: dict[int, Any]) -> Any:
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        for name, value in vars(self).items():
+            setattr(copied, name, value if name in ("keys", "values") else copy.deepcopy(value, memo))
+        return copied
+
+    return [(StaticLayer, "__deepcopy__", deepcopy)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_grows": lambda: _cross_cache_patch(short=False),
     "cross_recomputed_short": lambda: _cross_cache_patch(short=True),
@@ -205,6 +245,9 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "decode_steps_drop_the_image": _decode_steps_drop_the_image,
     "codebook_reads_another_codebook": _codebook_crossed,
     "reference_window_never_evicts": _reference_window_never_evicts,
+    "cross_half_not_reordered": _cross_half_not_reordered,
+    "extend_keeps_last_only": _extend_keeps_last_only,
+    "static_copy_shares_storage": _static_copy_shares_storage,
 }
 
 

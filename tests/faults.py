@@ -241,6 +241,8 @@ def static_reorder_reverses_rows() -> list[Patch]:
     rotation, so only the identity shows it)."""
 
     def reorder_cache(self: Any, beam_idx: torch.Tensor) -> None:
+        if self.keys is None:  # a layer never written (T5's static cache sized by the encoder's layers)
+            return
         flipped = torch.arange(self.keys.shape[0] - 1, -1, -1, device=self.keys.device)
         self.keys.copy_(self.keys.index_select(0, flipped))
         self.values.copy_(self.values.index_select(0, flipped))

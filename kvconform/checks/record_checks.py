@@ -733,10 +733,11 @@ def run_check(name: str, record: ProbeRecord, geometry: CacheGeometry, explanati
 
 def run_all(record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> dict[str, CheckResult]:
     """Every check on one record that its cell ran (the extra paths and records the probe made), keyed by check name."""
-    return {name: run_check(name, record, geometry, explanation, tolerance) for name in RECORD_CHECKS if _ran(name, record)}
+    return {name: run_check(name, record, geometry, explanation, tolerance) for name in RECORD_CHECKS if ran(name, record)}
 
 
-def _ran(name: str, record: ProbeRecord) -> bool:
+def ran(name: str, record: ProbeRecord) -> bool:
+    """Whether the cell's record holds a result of ``name`` (an extra path it ran and could take, an extra record)."""
     if name in PATH_CHECKS:
         return name in record.paths and not record.paths[name].not_applicable
     if name in EXTRA_CHECKS:

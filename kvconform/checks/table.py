@@ -24,6 +24,12 @@ CAUSAL = (CAUSAL_LM,)
 #: The families whose generate() paths (greedy with and without the cache, beam search) run through the one probe code,
 #: given each family's prompt (``probe.generate_inputs``); codebook decoders' generate() is their own check.
 GENERATE_PATHS = (CAUSAL_LM, *MULTIMODAL, *ENCODER_DECODER)
+#: The families whose cache paths (crop, reorder, prefix reuse) run through the one probe code, given each family's
+#: forwards (``probe.forwards``): an image or encoder output at the prefill, both halves of an encoder-decoder cache.
+CACHE_PATHS = GENERATE_PATHS
+#: The chunked prefill: causal LMs and encoder-decoders (the decoder prompt in chunks over the encoder output once); a
+#: media prompt's chunks split its placeholders, which generate() hands pre-encoded features per chunk (not built).
+CHUNKED_PATHS = (CAUSAL_LM, *ENCODER_DECODER)
 
 
 @dataclass(frozen=True)
@@ -88,21 +94,21 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("ragged", "a left-padded batch: each row matches its own unpadded uncached pass", enabled_by="ragged",
               caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
     CheckInfo("prefix_reuse", "a copied prefix cache, extended and decoded, matches a fresh run", enabled_by="prefix_reuse",
-              caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
+              caches=FULL_PRECISION, attention="default", families=CACHE_PATHS, reuse_path=True),
     CheckInfo("crop", "a prefilled cache cropped back 3 tokens and decoded again matches a fresh run", enabled_by="crop",
-              caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
+              caches=FULL_PRECISION, attention="default", families=CACHE_PATHS, reuse_path=True),
     # With the model's own attention: on 5.24 each of the 60 eager window cells gave its sdpa cell's verdict (docs/cache-paths.md).
     CheckInfo("window", "sliding-window and chunked layers decoded from prompts shorter than and equal to the "
               "window: parity, growth, shapes and mask sizes at every step", enabled_by="window_crossings", float32_only=True,
               caches=FULL_PRECISION, attention="default", families=CAUSAL),
     CheckInfo("chunked_prefill", "the prompt prefilled in chunks (generate(prefill_chunk_size=...)) equals one prefill: "
               "every chunk's logits, every K/V and conv/recurrent state, generate()'s tokens", enabled_by="chunked_prefill",
-              float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
+              float32_only=True, caches=FULL_PRECISION, attention="default", families=CHUNKED_PATHS, reuse_path=True),
     # With the model's own attention: on 5.24 every beam failure of an eager cell repeated its sdpa cell's (docs/performance.md).
     CheckInfo("beam", "beam search with and without the cache returns the same beams and scores", enabled_by="beam",
               float32_only=True, caches=("dynamic",), attention="default", families=GENERATE_PATHS),
     CheckInfo("reorder", "reorder_cache on a prefilled cache equals prefilling the rows in that order", enabled_by="beam",
-              float32_only=True, caches=("static", *QUANTIZED_KINDS), families=CAUSAL),
+              float32_only=True, caches=("static", *QUANTIZED_KINDS), families=CACHE_PATHS),
     CheckInfo("padded_generate", "generate() on a left-padded batch picks the same tokens with and without the cache",
               enabled_by="padded_generate", float32_only=True, caches=FULL_PRECISION, attention="default", families=CAUSAL,
               reuse_path=True),

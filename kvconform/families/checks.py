@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from kvconform.checks import record_checks as checks
-from kvconform.checks.table import CHECK_TABLE, FAMILY_CHECKS
+from kvconform.checks.table import CHECK_TABLE, FAMILY_CHECKS, PATH_CHECKS
 from kvconform.families import CROSS_HALF
 from kvconform.families.probe import CrossHalf, FamilyProbe
 from kvconform.matrix import Tolerance
@@ -195,8 +195,11 @@ def run_family_check(name: str, probe: FamilyProbe, tolerance: Tolerance) -> Che
 
 
 def run_all_family(probe: FamilyProbe, family: str, tolerance: Tolerance) -> dict[str, CheckResult]:
-    """Every check of the table a cell of ``family`` and the record's cache runs, in table order (as the suites run them)."""
+    """Every check of the table a cell of ``family`` and the record's cache runs, in table order (as the suites run them),
+    but the cache paths the cell could not take (not applicable, skipped by the suites)."""
     cache = probe.record.plan.cache
+    paths = (*PATH_CHECKS, "chunked_prefill")
     return {check.name: run_family_check(check.name, probe, tolerance) if check.name in FAMILY_CHECKS
             else checks.run_check(check.name, probe.record, probe.geometry, probe.explanation, tolerance)
-            for check in CHECK_TABLE if family in check.families and (check.caches is None or cache in check.caches)}
+            for check in CHECK_TABLE if family in check.families and (check.caches is None or cache in check.caches)
+            and (check.name not in paths or checks.ran(check.name, probe.record))}

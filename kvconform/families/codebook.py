@@ -25,9 +25,10 @@ from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.families import CROSS_HALF
 from kvconform.families.decode import Driver, FamilyRun, drive
-from kvconform.families.encoder_decoder import cross_layers
 from kvconform.families.inputs import special_token_ids, text_ids
+from kvconform.probe.cache_io import cross_layers
 from kvconform.probe.decode import ProbePlan
+from kvconform.probe.forwards import Forwards, fed_back
 
 #: Text tokens of the conditioning prompt.
 TEXT_TOKENS = 5
@@ -193,15 +194,12 @@ def _cross_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torch
     def decoder(ids: torch.Tensor, use_cache: bool, **extra: Any) -> Any:
         return model(encoder_outputs=encoded["outputs"], decoder_input_ids=codes.to_model(ids), use_cache=use_cache, **extra)
 
-    driver = Driver(
-        prompt=prompt,
-        prefill=lambda: decoder(prompt, True),
-        step=lambda token, cache: decoder(token, True, **{keyword: cache}),
-        reference=lambda ids: decoder(ids, False),
-        fresh=lambda ids: decoder(ids, True),
-        constrain=codes.delayed,
-        extra_halves={CROSS_HALF: cross_layers},
-    )
+    def call(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        return fed_back(decoder(ids, True, **({keyword: cache} if cache is not None else {})), cache)
+
+    forwards = Forwards(model=model, prompt=prompt, start=call, more=call, reference=lambda ids, keep: decoder(ids, False),
+                        make_cache=lambda kind, length: None, default_cache=lambda: None)
+    driver = Driver(forwards, constrain=codes.delayed, extra_halves={CROSS_HALF: cross_layers})
     return driver, 0, int(encoded["outputs"][0].shape[1])
 
 
@@ -214,11 +212,14 @@ def _prefix_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torc
     def outer(ids: torch.Tensor, use_cache: bool) -> Any:
         return model(input_ids=text, decoder_input_ids=ids, use_cache=use_cache)
 
-    def step(token: torch.Tensor, cache: Any) -> Any:
-        return model.decoder(input_ids=token, use_cache=True, **{keyword: cache})
+    def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        return fed_back(outer(ids, True), cache)
+
+    def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        return fed_back(model.decoder(input_ids=ids, use_cache=True, **{keyword: cache}), cache)
 
     prefix = int(outer(prompt[:, :1], False).logits.shape[1]) - 1
-    driver = Driver(prompt=prompt, prefill=lambda: outer(prompt, True), step=step,
-                    reference=lambda ids: outer(ids, False), fresh=lambda ids: outer(ids, True),
-                    constrain=codes.delayed, offset=prefix)
+    forwards = Forwards(model=model, prompt=prompt, start=start, more=more, reference=lambda ids, keep: outer(ids, False),
+                        make_cache=lambda kind, length: None, default_cache=lambda: None)
+    driver = Driver(forwards, constrain=codes.delayed, offset=prefix)
     return driver, prefix, prefix

@@ -1,8 +1,10 @@
-"""The family decode loop: prefill, N greedy steps feeding the cache back, ONE uncached reference.
+"""The family decode loop: prefill, N greedy steps feeding the cache back, ONE uncached reference; then the cache paths.
 
-The same loop as ``kvconform.probe.decode`` for causal LMs, driven by a family's ``Driver`` (how to prefill
-with an image or an encoder input, how to take one step, how to run the uncached reference), so
-the core checks read an ordinary ``ProbeRecord``.
+The same loop as ``kvconform.probe.decode`` for causal LMs, driven by a family's ``Driver``: its ``Forwards`` (how to
+prefill with an image or an encoder input, how to continue the cache, how to run the uncached reference; the adapter
+every cache path takes) and how greedy decoding picks its tokens, so the core checks read an ordinary ``ProbeRecord``.
+The cache paths the plan turns on (crop, reorder, prefix reuse, chunked prefill) are the causal probe's own
+(``probe.decode.run_paths``), given the family's forwards.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
-from kvconform.probe.cache_io import cache_layers, returned_cache, seq_length
-from kvconform.probe.decode import ProbePlan, ProbeRecord, StepRecord
+from kvconform.probe.cache_io import cache_layers, seq_length
+from kvconform.probe.decode import ProbePlan, ProbeRecord, StepRecord, run_chunked_path, run_paths
+from kvconform.probe.forwards import Forwards
 from kvconform.probe.kv_compare import Divergence, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.reference_health import prefix_instability, topk_ties
@@ -25,25 +28,24 @@ from kvconform.probe.reference_health import prefix_instability, topk_ties
 
 @dataclass
 class Driver:
-    """How to run one cell of a family; every callable returns a transformers model output."""
+    """How to run one cell of a family: its forwards, and what greedy decoding may pick."""
 
-    prompt: torch.Tensor
-    """The ids the cached run starts from (the decoder prompt, or text around the image tokens)."""
-    prefill: Callable[[], Any]
-    step: Callable[[torch.Tensor, Any], Any]
-    """``(token [B, 1], cache) -> output`` for one decode step."""
-    reference: Callable[[torch.Tensor], Any]
-    """``full ids -> output`` of one uncached pass (the same image or encoder output)."""
+    forwards: Forwards
+    """The cell's forwards (``forwards.prompt``: the ids the cached run starts from, the decoder prompt or text around
+    the image tokens); the paths take them too."""
     forbidden: set[int] = field(default_factory=set)
     """Ids greedy decoding must not pick (image placeholders and other special ids)."""
-    fresh: Callable[[torch.Tensor], Any] | None = None
-    """``full ids -> output`` of one cached pass over the whole sequence, whose cache the localization compares."""
     extra_halves: dict[str, Callable[[Any], list[Any]]] = field(default_factory=dict)
     """Other per-layer halves of the cache to snapshot every step, by name (the cross-attention half)."""
     constrain: Callable[[torch.Tensor, int], torch.Tensor] | None = None
     """``(tokens [rows, 1], their position) -> tokens``: ids ``generate()`` forces (a codebook delay pattern)."""
     offset: int = 0
     """Positions the model prepends to the ids (a conditioning prefix): its logits and cache hold them first."""
+    after_decode: Callable[[], None] | None = None
+    """Called once the cached decode and its reference are done, before the paths (the encoder's call counter stops)."""
+
+    def reference(self, ids: torch.Tensor) -> Any:
+        return self.forwards.uncached(ids)
 
 
 @dataclass
@@ -110,11 +112,12 @@ def _step_record(step: int, seen: tuple[int | None, list[Any]], logits: torch.Te
 def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     """Run the cached decode and the uncached reference for one family cell."""
     timings: dict[str, float] = {}
+    forwards = driver.forwards
+    prompt = forwards.prompt
     start = time.perf_counter()
-    output = driver.prefill()
-    cache = returned_cache(output)
+    cache, output = forwards.cached(prompt, forwards.new_cache(plan.cache, prompt.shape[1] + plan.decode_steps))
     timings["prefill_s"] = time.perf_counter() - start
-    logits, caches_seen, sequence = [output.logits[:, -1, :]], [], [driver.prompt]
+    logits, caches_seen, sequence = [output.logits[:, -1, :]], [], [prompt]
     halves: dict[str, list[list[LayerState]]] = {name: [] for name in driver.extra_halves}
     storage: dict[str, list[list[tuple[int, int] | None]]] = {name: [] for name in driver.extra_halves}
 
@@ -132,8 +135,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         if driver.constrain is not None:
             token = driver.constrain(token, sum(part.shape[1] for part in sequence))
         sequence.append(token)
-        output = driver.step(token, cache)
-        cache = returned_cache(output, cache)
+        cache, output = forwards.extend(token, cache)
         logits.append(output.logits[:, -1, :])
         snapshot(cache)
     timings["decode_s"] = time.perf_counter() - start
@@ -142,7 +144,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     start = time.perf_counter()
     reference = driver.reference(full).logits
     timings["reference_s"] = time.perf_counter() - start
-    prompt_length = driver.prompt.shape[1]
+    prompt_length = prompt.shape[1]
     reference_steps = reference[:, driver.offset + prompt_length - 1:, :]
     steps = [_step_record(k, caches_seen[k], step_logits, reference_steps[:, k, :]) for k, step_logits in enumerate(logits)]
     finite = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
@@ -158,12 +160,21 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         unstable = prefix_instability(_Uncached(driver.reference, driver.offset), full, reference[:, driver.offset:],
                                       [prompt_length, full.shape[1] - 1], limit)
         ties = topk_ties(lambda: driver.reference(full))
-        divergence = _locate(driver, cache, full)
+        divergence = _locate(driver, cache, full, plan.cache)
         timings["locate_s"] = time.perf_counter() - start
+    if driver.after_decode is not None:
+        driver.after_decode()
+    paths = run_paths(forwards, plan, reference_steps, full, cache, None, timings) if not driver.offset else {}
+    chunked = None
+    if plan.chunked_prefill and not driver.offset:
+        start = time.perf_counter()
+        chunked = run_chunked_path(forwards, plan, full)
+        timings["chunked_prefill_s"] = time.perf_counter() - start
     record = ProbeRecord(
         plan=plan, dtype=str(next(model.parameters()).dtype).removeprefix("torch."), cache_class=type(cache).__name__,
         max_cache_len=_max_cache_len(cache, plan.cache), steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
-        divergence=divergence, prefix_instability=unstable, topk_ties=ties, generate=None, timings=timings,
+        divergence=divergence, prefix_instability=unstable, topk_ties=ties, generate=None, timings=timings, paths=paths,
+        chunked=chunked,
     )
     row_deltas = [(step_logits.float() - reference_steps[:, k, :].float()).abs().nan_to_num(nan=float("inf")).amax(-1).tolist()
                   for k, step_logits in enumerate(logits)]
@@ -194,13 +205,13 @@ def _pairs(decoded: list[Any], fresh: list[Any]) -> list[Any]:
     return pairs
 
 
-def _locate(driver: Driver, cache: Any, full: torch.Tensor) -> Divergence | None:
+def _locate(driver: Driver, cache: Any, full: torch.Tensor, kind: str) -> Divergence | None:
     """The first layer and position where the decoded cache departs from a fresh cached pass over ``full``.
 
     Layer by layer, each layer's self-attention half before its other halves (cross-attention), so a wrong
     cross-attention cache in layer 0 is named before the self-attention K/V of layer 1 it corrupts.
     """
-    fresh = returned_cache(driver.fresh(full)) if driver.fresh is not None else None
+    fresh, _ = driver.forwards.cached(full, driver.forwards.new_cache(kind, full.shape[1]))
     if fresh is None:
         return None
     halves = [("", cache_layers, driver.offset + full.shape[1]), *((name, layers_of, None) for name, layers_of in driver.extra_halves.items())]

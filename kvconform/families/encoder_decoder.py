@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,9 @@ from kvconform.families import CROSS_HALF
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import IMAGE_INPUTS, encoder_inputs, special_token_ids, text_ids
 from kvconform.probe.assisted import AssistedInputs
+from kvconform.probe.cache_io import cross_layers, keep_logits
 from kvconform.probe.decode import ProbePlan
+from kvconform.probe.forwards import Forwards, fed_back
 from kvconform.probe.generate_inputs import GenerateInputs
 
 
@@ -35,12 +38,6 @@ class EncoderDecoderRun:
     recipe: str
     generate_inputs: GenerateInputs
     """The encoder input and decoder prompt as ``generate()`` takes them (the family's adapter of the generate paths)."""
-
-
-def cross_layers(cache: Any) -> list[Any]:
-    """The cross-attention half's layer objects (empty if the cache has no such half)."""
-    half = getattr(cache, "cross_attention_cache", None)
-    return list(getattr(half, "layers", None) or [])
 
 
 def _decoder_start(model: Model) -> int:
@@ -70,7 +67,6 @@ def attended_length(outputs: Any) -> int:
 
 def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
     """Prefill (encoder + decoder prompt), decode ``plan.decode_steps`` steps, compare with one uncached decoder pass."""
-    keyword = cache_keyword(model)
     forbidden = special_token_ids(model.config)
     device = next(p.device for p in model.parameters())
     vocab = model.config.get_text_config(decoder=True).vocab_size
@@ -78,60 +74,83 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
     encoder_in = encoder_inputs(model, plan.batch_size, max(2, plan.prompt_length - 1), plan.seed, forbidden)
     start = torch.full((plan.batch_size, 1), _decoder_start(model))
     prompt = torch.cat([start, text_ids(plan.batch_size, plan.prompt_length - 1, plan.seed, vocab, forbidden)], dim=1).to(device)
-    encoded: dict[str, Any] = {}
+    # Built before the encoder's calls are counted: a static cell of an encoder the outer forward runs measures its length.
+    forwards, encoder_length = encoder_decoder_forwards(model, plan, encoder_in.tensors, prompt)
+    calls: list[int] = []
+    hook = model.get_encoder().register_forward_hook(lambda *_: calls.append(1))
+    counted: dict[str, int] = {}
+
+    def decoded() -> None:  # the cached run and its reference only: the paths after it are not counted
+        counted["calls"] = len(calls)
+
+    try:
+        driver = Driver(forwards, forbidden, extra_halves={CROSS_HALF: cross_layers}, after_decode=decoded)
+        run = drive(model, plan, driver)
+    finally:
+        hook.remove()
+    return EncoderDecoderRun(run, encoder_length(), counted["calls"], encoder_in.recipe,
+                             _generate_inputs(model, encoder_in.tensors, prompt))
+
+
+def encoder_decoder_forwards(model: Model, plan: ProbePlan, tensors: dict[str, torch.Tensor],
+                             prompt: torch.Tensor) -> tuple[Forwards, Callable[[], int]]:
+    """The forwards of an encoder-decoder cell, as generate() calls it: the encoder runs once (at the first prefill), and
+    every decoder forward, cached or not, reads its output; the cache is generate()'s two halves (a static cell's cross
+    half sized to the encoder output). Returns them and the encoder length (known once the encoder ran)."""
+    keyword = cache_keyword(model)
     encoder = model.get_encoder()
-    alone = set(encoder_in.tensors) <= set(inspect.signature(encoder.forward).parameters)
+    alone = set(tensors) <= set(inspect.signature(encoder.forward).parameters)
     # The encoder's mask (Pix2Struct's padded patches) goes to every decoder call, as generate() keeps it.
-    mask = {k: v for k, v in encoder_in.tensors.items() if k == "attention_mask" and "input_ids" not in encoder_in.tensors}
-    image = bool(set(encoder_in.tensors) & set(IMAGE_INPUTS))
-    length = plan.prompt_length + plan.decode_steps
+    mask = {k: v for k, v in tensors.items() if k == "attention_mask" and "input_ids" not in tensors}
+    image = bool(set(tensors) & set(IMAGE_INPUTS))
+    encoded: dict[str, Any] = {}
     # A static cell's cross half is sized to the encoder output, as generate() sizes it. An encoder run by the outer
-    # forward (below) is measured by one uncached pass before the counted run; otherwise the prefill's own encoder run.
-    outer_length = _outer_encoder_length(model, encoder_in.tensors, prompt) if plan.cache == "static" and not alone else None
-    calls = []
-    hook = encoder.register_forward_hook(lambda *_: calls.append(1))
+    # forward (below) is measured by one uncached pass before the counted run; otherwise the encoder's own run.
+    outer_length = _outer_encoder_length(model, tensors, prompt) if plan.cache == "static" and not alone else None
 
-    def static(encoder_length: int) -> dict[str, Any]:
-        return {keyword: _static_cache(model, length, encoder_length)} if plan.cache == "static" else {}
+    def encoder_length() -> int:
+        if "outputs" not in encoded and alone:
+            encoded["outputs"] = encoder(**tensors)
+        return attended_length(encoded["outputs"]) if "outputs" in encoded else outer_length or 0
 
-    def prefill() -> Any:
-        # As generate() does: the encoder once, then every decoder call reads its output. An encoder over text with
-        # the image merged in by the outer model (Florence-2) runs inside the outer forward of the prefill.
-        if alone:
-            encoded["outputs"] = encoder(**encoder_in.tensors)
-            return decoder(prompt, True, **static(attended_length(encoded["outputs"])))
-        output = model(**encoder_in.tensors, decoder_input_ids=prompt, use_cache=True, **static(outer_length or 0))
-        encoded["outputs"] = BaseModelOutput(last_hidden_state=output.encoder_last_hidden_state)
-        return output
+    def kept(keep: int | None) -> dict[str, int]:
+        return keep_logits(model, keep) if keep is not None else {}
 
     def decoder(ids: torch.Tensor, use_cache: bool, **extra: Any) -> Any:
         return model(encoder_outputs=encoded["outputs"], decoder_input_ids=ids, use_cache=use_cache, **mask, **extra)
 
-    def reference(ids: torch.Tensor) -> Any:
+    def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        given = {keyword: cache} if cache is not None else {}
+        if "outputs" not in encoded and not alone:
+            # An encoder over text with the image merged in by the outer model (Florence-2) runs inside the outer forward.
+            output = model(**tensors, decoder_input_ids=ids, use_cache=True, **given, **kept(keep))
+            encoded["outputs"] = BaseModelOutput(last_hidden_state=output.encoder_last_hidden_state)
+            return fed_back(output, cache)
+        encoder_length()  # as generate() does: the encoder once, then every decoder call reads its output
+        return fed_back(decoder(ids, True, **given, **kept(keep)), cache)
+
+    def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        return fed_back(decoder(ids, True, **{keyword: cache}, **kept(keep)), cache)
+
+    def reference(ids: torch.Tensor, keep: int | None) -> Any:
         # The encoder inputs too, as a teacher-forced call passes them: some models build the decoder's causal
         # mask only from them (FSMT); the encoder itself is not run again (its output is given).
-        return decoder(ids, False, **({} if image else encoder_in.tensors))
+        encoder_length()
+        return decoder(ids, False, **({} if image else tensors), **kept(keep))
 
-    def step(token: torch.Tensor, cache: Any) -> Any:
-        output = decoder(token, True, **{keyword: cache})
-        encoded["calls"] = len(calls)  # the cached run only: the reference passes after it are not counted
-        return output
+    def make_cache(kind: str, length: int) -> Any:
+        return _static_cache(model, length, encoder_length()) if kind == "static" else None
 
-    driver = Driver(
-        prompt=prompt,
-        prefill=prefill,
-        step=step,
-        reference=reference,
-        fresh=lambda ids: decoder(ids, True),
-        forbidden=forbidden,
-        extra_halves={CROSS_HALF: cross_layers},
-    )
-    try:
-        run = drive(model, plan, driver)
-    finally:
-        hook.remove()
-    return EncoderDecoderRun(run, attended_length(encoded["outputs"]), encoded["calls"], encoder_in.recipe,
-                             _generate_inputs(model, encoder_in.tensors, prompt))
+    def default_cache() -> Any:
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        # The cross half without sliding layers, as T5Gemma's own _prepare_cache_for_generation builds it (:1058-1061).
+        return EncoderDecoderCache(DynamicCache(config=model.config.get_text_config(decoder=True)),
+                                   DynamicCache(config=_cross_config(model)))
+
+    forwards = Forwards(model=model, prompt=prompt, start=start, more=more, reference=reference, make_cache=make_cache,
+                        default_cache=default_cache, row_inputs=True)
+    return forwards, encoder_length
 
 
 def _outer_encoder_length(model: Model, tensors: dict[str, torch.Tensor], prompt: torch.Tensor) -> int:
@@ -148,13 +167,18 @@ def _static_cache(model: Model, length: int, encoder_length: int) -> Any:
     from transformers import EncoderDecoderCache, StaticCache
 
     config = model.config.get_text_config(decoder=True)
-    cross = copy.deepcopy(config)
+    return EncoderDecoderCache(StaticCache(config=config, max_cache_len=length),
+                               StaticCache(config=_cross_config(model), max_cache_len=encoder_length))
+
+
+def _cross_config(model: Model) -> Any:
+    """The decoder config without sliding layers, for the cross-attention half (it reads the whole encoder output)."""
+    cross = copy.deepcopy(model.config.get_text_config(decoder=True))
     if getattr(cross, "sliding_window", None) is not None:
         cross.sliding_window = None
     if isinstance(getattr(cross, "layer_types", None), list):
         cross.layer_types = ["full_attention"] * len(cross.layer_types)
-    return EncoderDecoderCache(StaticCache(config=config, max_cache_len=length),
-                               StaticCache(config=cross, max_cache_len=encoder_length))
+    return cross
 
 
 def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: torch.Tensor) -> GenerateInputs:

@@ -99,15 +99,15 @@ class MediaInputs:
             extra[IMAGE_ATTENTION_MASK] = (marks.cumsum(-1) > 0).long()[..., None] * int(self.attends)
         return {**self.tensors, **extra}
 
-    def for_step(self, model: Model, batch: int) -> dict[str, torch.Tensor]:
+    def for_step(self, model: Model, batch: int, length: int = 1) -> dict[str, torch.Tensor]:
         """What a decode step gives the forward beside its token: nothing where the image is in the cache; where the forward
-        reads the image at every position (IDEFICS' cross-attention keeps no cache) the image again and the new token's row
-        of the image mask, as generate() carries them (modeling_idefics.py:1224-1233: the last row; the tower's output of
+        reads the image at every position (IDEFICS' cross-attention keeps no cache) the image again and the ``length`` new
+        tokens' rows of the image mask, as generate() carries them (modeling_idefics.py:1224-1233: the last row; the tower's output of
         the prefill, the same values as the pixels give again)."""
         if not _accepts(model, IMAGE_ATTENTION_MASK):
             return {}
         images = self.tensors["pixel_values"].shape[1]
-        row = torch.full((batch, 1, images), int(self.attends), device=self.tensors["pixel_values"].device)
+        row = torch.full((batch, length, images), int(self.attends), device=self.tensors["pixel_values"].device)
         return {**self.tensors, IMAGE_ATTENTION_MASK: row}
 
     def blank(self) -> MediaInputs:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -23,13 +22,14 @@ from kvconform.compat import cache_keyword
 from kvconform.families import CROSS_HALF
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.decoders import image_cross_attention, inner_language_model
-from kvconform.families.encoder_decoder import cross_layers
 from kvconform.families.inputs import MediaInputs, image_delimiters, needs_an_image, special_token_ids, text_ids
 from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import decoder_prompt, prefix_lm_types
-from kvconform.probe.cache_io import new_cache, returned_cache, whole_pass
-from kvconform.probe.decode import ProbePlan
+from kvconform.probe.cache_io import cross_layers, declare_prompt, keep_logits, new_cache, returned_cache, seq_length, whole_pass
+from kvconform.probe.decode import ProbePlan, without_paths
+from kvconform.probe.forwards import Forwards, fed_back
 from kvconform.probe.generate_inputs import GenerateInputs
+from kvconform.probe.variants import PathNotApplicable
 
 #: Text tokens before the media; the rest of the prompt follows it.
 TEXT_BEFORE_MEDIA = 2
@@ -53,68 +53,110 @@ def _segments(model: Model, prompt_length: int) -> Callable[[torch.Tensor], dict
     return types
 
 
-def _driver(model: Model, plan: ProbePlan, prompt: torch.Tensor, image: MediaInputs | None,
-            forbidden: set[int]) -> Driver:
+def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None) -> Forwards:
+    """The forwards of a vision- or audio-language cell: a call whose ids start the sequence with all of a row's
+    placeholders carries the media (and its modality ids); later calls carry none, as generate() passes the media to the
+    prefill only; a prefix-LM's calls carry each position's token type (the prompt 0, later tokens 1). A call that would
+    split a row's placeholders is not applicable (the chunked prefill of a media prompt is not built: docs/cache-paths.md).
+
+    A model whose own ``generate()`` hands the prompt to an inner language model (BLIP-2) prefills through the outer
+    forward with the image, then continues on the inner model, whose cache the caller keeps. A decoder that reads the
+    image by cross-attention (BLIP) keeps a self- and a cross-attention half, and every later call gets the image states
+    the outer forward gave it, as the model's generate() passes them on (modeling_blip.py:919-926); a forward that reads
+    the image at every position (IDEFICS) gets it again with each later call's rows of the image mask."""
     inner = inner_language_model(model)
     decoder = inner if inner is not None else model
-    cross = image_cross_attention(model) if image is not None else None
-    if inner is not None and image is None:  # its forward needs an image: a text-only prompt is the decoder's
+    cross = image_cross_attention(model) if media is not None else None
+    if inner is not None and media is None:  # its forward needs an image: a text-only prompt is the decoder's
         model = inner
     keyword = cache_keyword(decoder)
-    total = prompt.shape[1] + plan.decode_steps
-    segments = _segments(model, prompt.shape[1])
-    # What the outer forward hands a cross-attention decoder beside the ids (the image's hidden states): every decode
-    # step gets them again, as the model's generate() passes them to the decoder's generate() (modeling_blip.py:919-926).
+    prompt_length = prompt.shape[1]
+    prefix_lm = model.config.model_type in prefix_lm_types()
     encoder_states: dict[str, Any] = {}
 
     def keep_encoder_states(module: Any, args: Any, kwargs: dict[str, Any]) -> None:
         encoder_states.update({k: v for k, v in kwargs.items() if k.startswith("encoder_") and v is not None})
 
-    def pixels(ids: torch.Tensor) -> dict[str, Any]:
-        return {**(image.for_sequence(model, ids) if image is not None else {}), **segments(ids)}
+    def kept(module: Model, keep: int | None) -> dict[str, int]:
+        return keep_logits(module, keep) if keep is not None else {}
 
-    def cached(ids: torch.Tensor) -> Any:
-        cache = new_cache(decoder, plan.cache, total)
+    def types(ids: torch.Tensor, first: int) -> dict[str, torch.Tensor]:
+        """A prefix-LM's token types of ``ids`` at positions ``first``…: the prompt 0, every later token 1."""
+        if not prefix_lm:
+            return {}
+        positions = torch.arange(first, first + ids.shape[1], device=ids.device)
+        return {"token_type_ids": (positions >= prompt_length).to(ids.dtype).expand_as(ids)}
+
+    def media_of(ids: torch.Tensor, first: int) -> dict[str, Any]:
+        if media is None:
+            return {}
+        if media.token_id is None:  # read by cross-attention, no placeholders: the image goes to the prefill
+            return media.for_sequence(model, ids) if first == 0 else {}
+        held = (ids == media.token_id).sum(dim=1)
+        if int(held.max()) == 0:  # the blank image of a text-only prompt (IDEFICS), or a later call (the image again there)
+            return media.for_sequence(model, ids) if first == 0 and not media.attends else media.for_step(decoder, *ids.shape)
+        if first == 0 and int(held.min()) == media.tokens_per_row:
+            return media.for_sequence(model, ids)
+        raise PathNotApplicable(f"a forward over positions {first}-{first + ids.shape[1] - 1} holds {held.tolist()} of each row's "
+                                f"{media.tokens_per_row} placeholders: the media goes whole to the prefill")
+
+    def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        if cache is None and ids.shape[1] != prompt_length and keeps_prompt_apart:  # its own cache would take ids for the prompt
+            cache = default_cache()
         if cache is None and cross is not None:
             # The cache its decoder makes of the DynamicCache generate() gives it (a self- and a cross-attention half,
             # modeling_blip_text.py:350-356), kept by the caller: the outer output returns no cache.
             cache = EncoderDecoderCache(DynamicCache(config=cross.config), DynamicCache(config=cross.config))
         elif cache is None and inner is not None:  # kept by the caller: the outer output does not return it
             cache = DynamicCache(config=inner.config)
+        inputs = {"input_ids": ids, "use_cache": True, **media_of(ids, 0), **types(ids, 0), **kept(model, keep)}
         hook = cross.register_forward_pre_hook(keep_encoder_states, with_kwargs=True) if cross is not None else None
         try:
-            output = model(input_ids=ids, use_cache=True, **pixels(ids), **({keyword: cache} if cache is not None else {}))
+            output = model(**inputs, **({keyword: cache} if cache is not None else {}))
             output = getattr(output, "language_model_outputs", None) or output
             if cache is None and returned_cache(output) is None:
                 # A forward that builds no cache of its own (Granite4Vision's text model, modeling_granite4_vision.py:
                 # 590-628, only passes on the one it is given) gets the DynamicCache generate() would give it.
                 cache = DynamicCache(config=decoder.config)
-                output = model(input_ids=ids, use_cache=True, **pixels(ids), **{keyword: cache})
+                output = model(**inputs, **{keyword: cache})
                 output = getattr(output, "language_model_outputs", None) or output
         finally:
             if hook is not None:
                 hook.remove()
-        return output if returned_cache(output) is not None or cache is None else _with_cache(output, cache)
+        return fed_back(output, cache)
 
-    def step(token: torch.Tensor, cache: Any) -> Any:
-        marks = {k: torch.ones_like(token) for k in segments(token)}  # a generated token is in the suffix
-        again = image.for_step(decoder, token.shape[0]) if image is not None else {}  # an image read at every position
-        return decoder(input_ids=token, use_cache=True, **marks, **encoder_states, **again, **{keyword: cache})
+    def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        first = seq_length(cache) or 0
+        again = media_of(ids, first)  # refuses a call that holds placeholders; an image read at every position again
+        return fed_back(decoder(input_ids=ids, use_cache=True, **types(ids, first), **again, **encoder_states,
+                                **kept(decoder, keep), **{keyword: cache}), cache)
 
-    return Driver(
-        prompt=prompt,
-        prefill=lambda: cached(prompt),
-        step=step,
-        reference=lambda ids: model(input_ids=ids, **pixels(ids), **whole_pass(model, prompt.shape[1])),
-        fresh=cached,
-        forbidden=forbidden,
-        extra_halves={CROSS_HALF: cross_layers} if cross is not None else {},
-    )
+    def reference(ids: torch.Tensor, keep: int | None) -> Any:
+        return model(input_ids=ids, **media_of(ids, 0), **types(ids, 0), **kept(model, keep), **whole_pass(model, prompt_length))
+
+    def declared(cache: Any) -> Any:  # where the prompt ends, for a path that prefills another number of tokens
+        if cache is not None:
+            declare_prompt(cache, prompt_length)
+        return cache
+
+    def default_cache() -> Any:
+        return declared(DynamicCache(config=decoder.config.get_text_config(decoder=True)))
+
+    try:  # layers that keep the prompt apart (a reference sliding window) learn where it ends from the cache alone
+        keeps_prompt_apart = declare_prompt(DynamicCache(config=decoder.config.get_text_config(decoder=True)), prompt_length)
+    except (KeyError, TypeError, ValueError, AttributeError):  # layer types no DynamicCache builds
+        keeps_prompt_apart = False
+
+    return Forwards(model=model, prompt=prompt, start=start, more=more, reference=reference,
+                    make_cache=lambda kind, length: declared(new_cache(decoder, kind, length)), default_cache=default_cache,
+                    row_inputs=media is not None, bidirectional=prompt_length if prefix_lm else 0)
 
 
-def _with_cache(output: Any, cache: Any) -> Any:
-    """``output`` with the cache it filled, where the outer model's output has no field for it (BLIP)."""
-    return SimpleNamespace(logits=output.logits, cache=cache)
+def _driver(model: Model, prompt: torch.Tensor, media: MediaInputs | None, forbidden: set[int]) -> Driver:
+    """The cell's forwards and its greedy picks; a cross-attention decoder's second half snapshotted every step."""
+    cross = image_cross_attention(model) if media is not None else None
+    return Driver(media_forwards(model, prompt, media), forbidden, extra_halves={CROSS_HALF: cross_layers} if cross is not None else {})
+
 
 
 @dataclass
@@ -172,13 +214,13 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     # A text-only prompt carries a blank image where the forward needs one (IDEFICS), as its processor makes it.
     blank = probe.blank() if needs_an_image(model) else None
     # Text only first: nothing the media run leaves on the model (rope_deltas) can reach it.
-    text_only = drive(model, plan, _driver(model, plan, text, blank, forbidden))
+    text_only = drive(model, without_paths(plan), _driver(model, text, blank, forbidden))
     row = [*before, *[probe.token_id] * probe.tokens_per_row, *after]
     placeholders = torch.tensor([row] * plan.batch_size, dtype=text.dtype, device=device)
     prompt = torch.cat([text[:, :TEXT_BEFORE_MEDIA], placeholders, text[:, TEXT_BEFORE_MEDIA:]], dim=1)
     prompt, as_given = _decoder_prompt(model, prompt)
     media_plan = replace(plan, prompt_length=prompt.shape[1])
-    with_media = drive(model, media_plan, _driver(model, media_plan, prompt, probe, forbidden))
+    with_media = drive(model, media_plan, _driver(model, prompt, probe, forbidden))
     first = TEXT_BEFORE_MEDIA + len(before)
     wrapped = f" between the processor's start and end ids {before + after}" if before else ""
     recipe = (f"{probe.recipe}, {probe.tokens_per_row} {noun} tokens at positions "

@@ -25,9 +25,11 @@ from typing import Any
 
 import torch
 
-from kvconform.build.models import Model
-from kvconform.probe.cache_io import cache_layers, returned_cache, seq_length
+from kvconform.probe.cache_io import cache_layers, cross_layers, seq_length
+from kvconform.probe.forwards import Forwards
 
+#: How the tensors of an encoder-decoder cache's cross-attention half are named (``families.CROSS_HALF``).
+CROSS = "cross-attention"
 #: Tokens past the stored length handed to ``crop`` (the legacy "crop to length L + 5": nothing to remove).
 BEYOND = 5
 #: The errors transformers documents for a crop it refuses (cache_utils.py, the layers' ``crop``).
@@ -55,9 +57,17 @@ def _tensors(value: Any, name: str) -> dict[str, torch.Tensor]:
 
 
 def layer_tensors(cache: Any) -> list[dict[str, torch.Tensor]]:
-    """A copy of every tensor each cache layer holds (K/V, scales, conv and recurrent states, counters)."""
-    return [{k: t for name, value in vars(layer).items() for k, t in _tensors(value, name).items()}
-            for layer in cache_layers(cache)]
+    """A copy of every tensor each cache layer holds (K/V, scales, conv and recurrent states, counters); an
+    encoder-decoder layer's cross-attention tensors under ``cross-attention <name>``."""
+    found = [_held(layer) for layer in cache_layers(cache)]
+    for index, layer in enumerate(cross_layers(cache)):
+        found += [{} for _ in range(index + 1 - len(found))]
+        found[index].update({f"{CROSS} {name}": tensor for name, tensor in _held(layer).items()})
+    return found
+
+
+def _held(layer: Any) -> dict[str, torch.Tensor]:
+    return {k: t for name, value in vars(layer).items() for k, t in _tensors(value, name).items()}
 
 
 def first_change(before: list[dict[str, torch.Tensor]], after: list[dict[str, torch.Tensor]]) -> str | None:
@@ -93,9 +103,8 @@ def _suffix_problem(before: list[dict[str, torch.Tensor]], cache: Any) -> str | 
     return None
 
 
-def _decode(model: Model, keyword: str, cache: Any, token: torch.Tensor, expected: torch.Tensor) -> float:
-    output = model(input_ids=token, use_cache=True, **{keyword: cache})
-    returned_cache(output, cache)
+def _decode(forwards: Forwards, cache: Any, token: torch.Tensor, expected: torch.Tensor) -> float:
+    _, output = forwards.extend(token, cache)
     delta = (output.logits[:, -1, :].float() - expected.float()).abs()
     return float(torch.nan_to_num(delta, nan=float("inf")).max())
 
@@ -106,7 +115,7 @@ def _refused(call: str, exc: BaseException) -> str:
 
 
 @torch.inference_mode()
-def edge_calls(model: Model, keyword: str, prefilled: Any, token: torch.Tensor, expected: torch.Tensor,
+def edge_calls(forwards: Forwards, prefilled: Any, token: torch.Tensor, expected: torch.Tensor,
                identity: bool) -> ApiRecord:
     """On a copy of ``prefilled``: ``crop(0)``, ``crop(L + BEYOND)``, ``reorder_cache(identity)`` (when
     ``identity``), then decode ``token`` [B, 1] against ``expected`` [B, V]."""
@@ -139,12 +148,12 @@ def edge_calls(model: Model, keyword: str, prefilled: Any, token: torch.Tensor, 
         if change:
             record.problems.append(f"reorder_cache(identity {list(range(batch))}) changed the cache: {change}")
     what = "the next token after crop(0), crop past the length" + (" and reorder_cache(identity)" if identity else "")
-    record.deltas[what] = _decode(model, keyword, cache, token, expected)
+    record.deltas[what] = _decode(forwards, cache, token, expected)
     return record
 
 
 @torch.inference_mode()
-def crop_after_decode(model: Model, keyword: str, decoded: Any, tokens: int, token: torch.Tensor,
+def crop_after_decode(forwards: Forwards, decoded: Any, tokens: int, token: torch.Tensor,
                       expected: torch.Tensor, record: ApiRecord) -> None:
     """On a copy of the main decode's cache (no past recorded; sliding layers rolled past their window):
     ``crop(-tokens)`` is either refused as documented, or leaves ``get_seq_length()`` L - tokens and decodes
@@ -162,4 +171,4 @@ def crop_after_decode(model: Model, keyword: str, decoded: Any, tokens: int, tok
         return
     if length is not None and seq_length(cache) != length - tokens:
         record.problems.append(f"{call} left get_seq_length() {seq_length(cache)}, expected {length - tokens}")
-    record.deltas[f"the token after {call}"] = _decode(model, keyword, cache, token, expected)
+    record.deltas[f"the token after {call}"] = _decode(forwards, cache, token, expected)

@@ -101,12 +101,19 @@ def whole_pass(model: Model, prompt_length: int) -> dict[str, Any]:
         cache = DynamicCache(config=model.config)
     except (KeyError, TypeError, ValueError, AttributeError):  # layer types no DynamicCache builds: nothing declared there
         return {"use_cache": False}
-    declared = [layer for layer in cache.layers if callable(getattr(layer, "set_prefill_length", None))]
-    if not declared:
+    if not declare_prompt(cache, prompt_length):
         return {"use_cache": False}
+    return {"use_cache": True, cache_keyword(model): cache}
+
+
+def declare_prompt(cache: Any, prompt_length: int) -> bool:
+    """Tell ``cache``'s layers that keep the prompt apart (``set_prefill_length``: a reference sliding window) where the
+    prompt ends, as the model's generate() does before its prefill; a cache path that prefills more or fewer tokens than
+    the prompt (crop, a reused prefix) would otherwise make them the prompt. Returns whether any layer was told."""
+    declared = [layer for layer in cache_layers(cache) if callable(getattr(layer, "set_prefill_length", None))]
     for layer in declared:
         layer.set_prefill_length(prompt_length)
-    return {"use_cache": True, cache_keyword(model): cache}
+    return bool(declared)
 
 
 def new_cache(model: Model, kind: str, max_len: int) -> Any:
@@ -134,6 +141,12 @@ def cache_layers(cache: Any) -> list[Any]:
         return [_LegacyLayer(*entry[:2]) for entry in cache]
     lists = layer_lists(cache)
     return [_LegacyLayer(*entry) for entry in lists] if lists is not None else []
+
+
+def cross_layers(cache: Any) -> list[Any]:
+    """The cross-attention half's layer objects of an encoder-decoder cache (empty if the cache has no such half)."""
+    half = getattr(cache, "cross_attention_cache", None)
+    return list(getattr(half, "layers", None) or [])
 
 
 @dataclass

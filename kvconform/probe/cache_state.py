@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from kvconform.compat import state_tensors
-from kvconform.probe.cache_io import cache_layers
+from kvconform.probe.cache_io import cache_layers, cross_layers
 from kvconform.probe.kv_compare import KV_ABSOLUTE_LIMIT
 
 #: Layer attributes holding states other than K/V, and what a message calls them.
@@ -44,6 +44,11 @@ def cache_tensors(cache: Any) -> dict[Key, tuple[str, torch.Tensor]]:
             for state, tensor in enumerate(state_tensors(getattr(layer, attribute, None))):
                 if isinstance(tensor, torch.Tensor):
                     found[(index, f"{label} {state}")] = (name, tensor)
+    for index, layer in enumerate(cross_layers(cache)):  # an encoder-decoder cache's other half
+        for attribute in ("keys", "values"):
+            tensor = getattr(layer, attribute, None)
+            if isinstance(tensor, torch.Tensor) and tensor.dim() >= 3:
+                found[(index, f"cross-attention {attribute}")] = (type(layer).__name__, tensor)
     for attribute, label in CACHE_STATES.items():
         held = getattr(cache, attribute, None)
         entries = held.items() if isinstance(held, dict) else enumerate(held if isinstance(held, list) else [])
@@ -73,7 +78,7 @@ class StateDelta:
 
     @property
     def kv(self) -> bool:
-        return self.tensor in ("keys", "values")
+        return self.tensor.endswith(("keys", "values"))
 
     def describe(self) -> str:
         where = f"layer {self.layer} ({self.layer_class}) {self.tensor}"
@@ -115,7 +120,7 @@ def compare_states(cache: dict[Key, tuple[str, torch.Tensor]], reference: dict[K
     for key in sorted(set(cache) | set(reference)):
         layer, tensor = key
         name = (cache.get(key) or reference[key])[0]
-        kv += tensor in ("keys", "values")
+        kv += tensor.endswith(("keys", "values"))
         if key not in cache or key not in reference:
             side = "the multi-token run" if key not in cache else "one prefill"
             differing.append(StateDelta(layer, name, tensor, 0.0, 0.0, f"missing in {side}'s cache"))

@@ -20,13 +20,18 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
-from kvconform.probe.cache_io import fixed_length_config, forward_keeping_cache, new_cache, seq_length
+from kvconform.probe.cache_io import fixed_length_config, seq_length
 from kvconform.probe.cache_state import StateComparison, compare_states, snapshot
+from kvconform.probe.forwards import Forwards
+from kvconform.probe.generate_inputs import GenerateInputs
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.reference_health import TopkTies
 from kvconform.probe.selections import SelectionReplay
-from kvconform.probe.variants import PathNotApplicable, row_delta
+from kvconform.probe.variants import PathNotApplicable, row_delta, within_one_prefill
 
+#: generate()'s own refusals of a chunked prefill (generation/utils.py ``_prefill``): no cache, or raw media that a
+#: chunk boundary would split (a model that does not take pre-encoded ``mm_encoder_outputs``).
+REFUSALS = ("Cannot use prefill chunking without a cache", "Chunked prefill cannot split the raw multimodal inputs")
 #: Forwards the prompt is split into (the last chunk may be shorter), as ``prefill_chunk_size = ceil(P / 3)``.
 CHUNKS = 3
 
@@ -87,24 +92,27 @@ class ChunkedRecord:
         return [step.max_abs_delta for step in self.steps]
 
 
-def _prefill(model: Model, keyword: str, kind: str, max_len: int, ids: torch.Tensor) -> tuple[Any, Any]:
-    return forward_keeping_cache(model, keyword, new_cache(model, kind, max_len), input_ids=ids)
+def _prefill(forwards: Forwards, kind: str, max_len: int, ids: torch.Tensor) -> tuple[Any, Any]:
+    return forwards.cached(ids, forwards.new_cache(kind, max_len))
 
 
 @torch.inference_mode()
-def run_chunked(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -> ChunkedRecord:
-    """Prefill the first ``plan.prompt_length`` tokens of ``sequence`` once and in chunks; compare logits and caches."""
+def run_chunked(forwards: Forwards, plan: Any, sequence: torch.Tensor) -> ChunkedRecord:
+    """Prefill the first ``plan.prompt_length`` tokens of ``sequence`` once and in chunks; compare logits and caches.
+    Chunks after the first continue the cache (``forwards.extend``): an image's placeholders split across chunks get the
+    features of theirs, as generate() slices them, or the path is refused as generate() refuses it."""
     size = chunk_size(plan.prompt_length)
+    within_one_prefill(forwards, size, "a first chunk of")
     prompt, total = sequence[:, : plan.prompt_length], sequence.shape[1]
-    dtype = next(model.parameters()).dtype
-    one_cache, one = _prefill(model, keyword, plan.cache, total, prompt)
+    dtype = forwards.dtype
+    one_cache, one = _prefill(forwards, plan.cache, total, prompt)
     reference = one.logits[:, -plan.prompt_length :, :]
     one_states = snapshot(one_cache)
-    cache = new_cache(model, plan.cache, total)
+    cache = forwards.new_cache(plan.cache, total)
     steps, snapshots = [], []
     for start in range(0, plan.prompt_length, size):
         ids = prompt[:, start : start + size]
-        cache, output = forward_keeping_cache(model, keyword, cache, input_ids=ids)
+        cache, output = forwards.cached(ids, cache) if start == 0 else forwards.extend(ids, cache)
         logits = output.logits[:, -ids.shape[1] :, :]
         deltas = torch.stack([row_delta(logits[:, k], reference[:, start + k]) for k in range(ids.shape[1])], dim=1)  # [B, n]
         flat = int(deltas.argmax())
@@ -114,16 +122,16 @@ def run_chunked(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
     record = ChunkedRecord(size, steps, float(torch.nan_to_num(reference.float()).abs().max()),
                            compare_states(snapshots[-1], one_states, dtype), final_layers=snapshot_layers(cache))
     if record.states is not None and record.states.differing:
-        record.boundary = _first_boundary(model, keyword, plan.cache, total, prompt, steps, snapshots, dtype)
+        record.boundary = _first_boundary(forwards, plan.cache, total, prompt, steps, snapshots, dtype)
     return record
 
 
-def _first_boundary(model: Model, keyword: str, kind: str, total: int, prompt: torch.Tensor, steps: list[ChunkStep],
+def _first_boundary(forwards: Forwards, kind: str, total: int, prompt: torch.Tensor, steps: list[ChunkStep],
                     snapshots: list[dict[Any, Any]], dtype: torch.dtype) -> tuple[int, StateComparison] | None:
     """The first chunk boundary whose cache differs from one prefill of as many tokens (the first chunk is one)."""
     for step, states in zip(steps[1:], snapshots[1:], strict=True):
         end = step.start + step.length
-        one_cache, _ = _prefill(model, keyword, kind, total, prompt[:, :end])
+        one_cache, _ = _prefill(forwards, kind, total, prompt[:, :end])
         compared = compare_states(states, snapshot(one_cache), dtype)
         if compared.differing:
             return end, compared
@@ -131,20 +139,22 @@ def _first_boundary(model: Model, keyword: str, kind: str, total: int, prompt: t
 
 
 @torch.inference_mode()
-def run_chunked_generate(model: Model, prompt: torch.Tensor, steps: int, size: int,
+def run_chunked_generate(model: Model, inputs: GenerateInputs, steps: int, size: int,
                          plain: list[list[int]] | None) -> ChunkedGenerate:
-    """Greedy ``generate(prefill_chunk_size=size)`` against ``plain`` (the plain cached generate's tokens; run
-    here when the cell's own generate() did not return them)."""
+    """Greedy ``generate(prefill_chunk_size=size)`` on the cell's prompt (``inputs``: the family's, with its media or
+    encoder input) against ``plain`` (the plain cached generate's tokens; run here when the cell's own generate() did
+    not return them)."""
 
     def greedy(chunk: int | None) -> list[list[int]]:
-        config = fixed_length_config(model, steps, prefill_chunk_size=chunk)
-        return model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))[:, prompt.shape[1] :].tolist()
+        config = fixed_length_config(model, steps, prefill_chunk_size=chunk, **inputs.config)
+        return model.generate(**inputs.kwargs, generation_config=config)[:, inputs.prompt_length :].tolist()
 
     try:
         chunked = greedy(size)
     except Exception as exc:  # noqa: BLE001 - a crash of generate() fails this path's check only
-        text = f"{type(exc).__name__}: {exc}"[:500]
-        if "Cannot use prefill chunking without a cache" in text:
+        lines = str(exc).splitlines() or [""]  # a module's repr in the message: its first and last line say it
+        text = f"{type(exc).__name__}: {lines[0]}{' … ' + lines[-1] if len(lines) > 1 else ''}"[:500]
+        if any(refusal in text for refusal in REFUSALS):
             return ChunkedGenerate([], [], None, not_applicable=f"generate() refuses it: {text}")
         return ChunkedGenerate([], [], None, error=text)
     plain = plain if plain is not None else greedy(None)

@@ -16,56 +16,63 @@ from typing import Any
 
 import torch
 
-from kvconform.build.models import Model
 from kvconform.build.support import crop_support
 from kvconform.compat import record_past
 from kvconform.probe.cache_api import crop_after_decode, edge_calls
-from kvconform.probe.cache_io import keep_logits, new_cache, returned_cache, seq_length
+from kvconform.probe.cache_io import seq_length
+from kvconform.probe.forwards import Forwards
 from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
 #: Tokens rolled back: a typical number of rejected draft tokens.
 CROP_TOKENS = 3
 
 
-def _fresh_cache(model: Model, kind: str, max_len: int) -> Any:
-    """The cache ``generate()`` would build for ``kind`` (a ``DynamicCache`` of the text config for dynamic)."""
-    reason = crop_support(type(model))
+def _fresh_cache(forwards: Forwards, kind: str, max_len: int) -> Any:
+    """The cache ``generate()`` would build for ``kind`` (for dynamic, the one generate() builds for the cell)."""
+    reason = crop_support(type(forwards.model))
     if reason is not None:
         raise PathNotApplicable(reason)
-    cache = new_cache(model, kind, max_len)
-    if cache is None:
-        from transformers import DynamicCache
+    cache = forwards.new_cache(kind, max_len)
+    return cache if cache is not None else forwards.default_cache()
 
-        cache = DynamicCache(config=model.config.get_text_config(decoder=True))
-    return cache
+
+def _refused_by_halves(cache: Any) -> None:
+    """An encoder-decoder cache crops only where both halves are dynamic (``EncoderDecoderCache.check_dynamic_cache``
+    raises TypeError "`crop` is only defined for dynamic cache" for static halves): the path is not applicable."""
+    check = getattr(cache, "check_dynamic_cache", None)
+    if check is None:
+        return
+    try:
+        check("crop")
+    except TypeError as exc:
+        raise PathNotApplicable(f"transformers refuses it (EncoderDecoderCache.crop): {' '.join(str(exc).split())[:300]}") from exc
 
 
 @torch.inference_mode()
-def run_crop(model: Model, plan: Any, keyword: str, reference: torch.Tensor, sequence: torch.Tensor,
-             decoded: Any = None) -> PathRecord:
+def run_crop(forwards: Forwards, plan: Any, reference: torch.Tensor, sequence: torch.Tensor, decoded: Any = None) -> PathRecord:
     """Prefill P+k tokens, ``crop(-k)``, decode tokens P… again; ``reference`` is the uncached logits at positions
-    P-1 … P+N-1 [B, N+1, V]; ``decoded`` the main decode's cache (all P+N tokens), for the crop after the decode."""
+    P-1 … P+N-1 [B, N+1, V]; ``decoded`` the main decode's cache (all P+N tokens), for the crop after the decode.
+    An encoder-decoder cache crops its self-attention half only, as generate() does (``EncoderDecoderCache.crop``)."""
     prompt_length, total = plan.prompt_length, sequence.shape[1]
     k = min(CROP_TOKENS, total - prompt_length)
-    cache = _fresh_cache(model, plan.cache, total)
+    cache = _fresh_cache(forwards, plan.cache, total)
     record_past(cache)  # as assisted decoding does (5.15+), so conv states can be rolled back too
-    output = model(input_ids=sequence[:, : prompt_length + k], use_cache=True, **keep_logits(model, 1), **{keyword: cache})
-    cache = returned_cache(output, cache)
+    cache, _ = forwards.cached(sequence[:, : prompt_length + k], cache, keep=1)
     if not getattr(cache, "is_croppable", False):
         layers = sorted({type(layer).__name__ for layer in getattr(cache, "layers", []) if not getattr(layer, "is_croppable", False)})
         raise PathNotApplicable(f"transformers marks this {type(cache).__name__} as not croppable (is_croppable False; layers {layers})")
+    _refused_by_halves(cache)
     api = None
     if prompt_length + k < total:  # the edge calls on a copy, then the token after the prefill decoded on it
-        api = edge_calls(model, keyword, cache, sequence[:, prompt_length + k : prompt_length + k + 1], reference[:, k + 1, :],
+        api = edge_calls(forwards, cache, sequence[:, prompt_length + k : prompt_length + k + 1], reference[:, k + 1, :],
                          identity=plan.cache == "dynamic")
         if decoded is not None:
-            crop_after_decode(model, keyword, decoded, k, sequence[:, total - k : total - k + 1], reference[:, -k, :], api)
+            crop_after_decode(forwards, decoded, k, sequence[:, total - k : total - k + 1], reference[:, -k, :], api)
     cache.crop(-k)
     lengths = [seq_length(cache)]
     deltas = []
     for position in range(prompt_length, total):
-        output = model(input_ids=sequence[:, position : position + 1], use_cache=True, **{keyword: cache})
-        cache = returned_cache(output, cache)
+        cache, output = forwards.extend(sequence[:, position : position + 1], cache)
         cache.crop(0)  # assisted decoding crops after every forward: recording layers return to their working size
         lengths.append(seq_length(cache))
         deltas.append(row_delta(output.logits[:, -1, :], reference[:, position - prompt_length + 1, :]))

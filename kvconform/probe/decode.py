@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -37,6 +37,7 @@ from kvconform.probe.cache_io import (
 from kvconform.probe.calls import CallsRecord, run_calls
 from kvconform.probe.chunked import ChunkedRecord, run_chunked, run_chunked_generate
 from kvconform.probe.crop import run_crop
+from kvconform.probe.forwards import Forwards, causal_forwards
 from kvconform.probe.generate_inputs import GenerateInputs
 from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
@@ -75,6 +76,12 @@ class ProbePlan:
     calls: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
+
+
+def without_paths(plan: ProbePlan) -> ProbePlan:
+    """``plan`` with every extra cache path off (a second record of the same cell: the text-only prompt)."""
+    return replace(plan, ragged=False, prefix_reuse=False, crop=False, reorder=False, window=False, chunked_prefill=False,
+                   calls=False)
 
 
 @dataclass
@@ -268,24 +275,8 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
                                        lambda: model(input_ids=full, use_cache=False))
         timings["locate_s"] = time.perf_counter() - start
 
-    paths = {}
-    runs = {"prefix_reuse": lambda: run_prefix_reuse(model, plan, keyword, uncached_steps, full),
-            "ragged": lambda: run_ragged(model, plan, keyword),
-            "crop": lambda: run_crop(model, plan, keyword, uncached_steps, full, cache),
-            "reorder": lambda: run_reorder(model, plan, keyword, full)}
-    for name, run in runs.items():
-        if getattr(plan, name):
-            start = time.perf_counter()
-            try:
-                paths[name] = path = run()
-                if plan.locate_tolerance is not None and _path_fails(path, plan.locate_tolerance.limit(path.logit_scale)):
-                    path.topk_ties = topk_ties(run)  # a failing path: were its selections decided by ties?
-                    if name != "reorder":  # reorder compares two cached runs: no uncached selections to replay
-                        rerun = partial(run_ragged, model, plan, keyword, path.fed) if name == "ragged" else run
-                        path.replay = _replay_path(model, dtype, name, rerun, full, path)
-            except Exception as exc:  # noqa: BLE001 - a crash in one path fails that path's check only
-                paths[name] = failed_path(name, exc)
-            timings[f"{name}_s"] = time.perf_counter() - start
+    forwards = causal_forwards(model, prompt)
+    paths = run_paths(forwards, plan, uncached_steps, full, cache, partial(run_ragged, model, plan, keyword), timings)
 
     window = None
     if plan.window:
@@ -296,7 +287,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     chunked = None
     if plan.chunked_prefill:
         start = time.perf_counter()
-        chunked = _chunked(model, plan, keyword, full, dtype)
+        chunked = run_chunked_path(forwards, plan, full)
         timings["chunked_prefill_s"] = time.perf_counter() - start
 
     generate = None
@@ -307,7 +298,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     if chunked is not None and chunked.steps and plan.cache == "dynamic":  # the path users run, with generate()'s own cache
         start = time.perf_counter()
         plain = generate.cached_tokens if generate is not None and generate.error is None else None
-        chunked.generate = run_chunked_generate(model, prompt, plan.decode_steps, chunked.chunk_size, plain)
+        chunked.generate = run_chunked_generate(model, GenerateInputs.of_ids(prompt), plan.decode_steps, chunked.chunk_size, plain)
         timings["chunked_generate_s"] = time.perf_counter() - start
     calls = None
     if plan.calls:
@@ -355,9 +346,9 @@ def _window(model: Model, plan: ProbePlan, keyword: str, reference: torch.Tensor
         return WindowRecord([], [], 0.0, error=f"{type(exc).__name__}: {exc}"[:500])
 
 
-def _chunked(model: Model, plan: ProbePlan, keyword: str, full: torch.Tensor, dtype: str) -> ChunkedRecord:
+def run_chunked_path(forwards: Forwards, plan: ProbePlan, full: torch.Tensor) -> ChunkedRecord:
     """The chunked prefill; where it fails, were its selections decided by ties, or by rounding (replayed)?"""
-    run = partial(run_chunked, model, plan, keyword, full)
+    run = partial(run_chunked, forwards, plan, full)
     try:
         record = run()
     except PathNotApplicable as exc:
@@ -373,9 +364,35 @@ def _chunked(model: Model, plan: ProbePlan, keyword: str, full: torch.Tensor, dt
             replayed.append(run())
             return replayed[-1].step_max_abs_delta
 
-        record.replay = replay_selections(model, getattr(torch, dtype), rerun, lambda: model(input_ids=full, use_cache=False))
+        record.replay = replay_selections(forwards.model, forwards.dtype, rerun, lambda: forwards.uncached(full))
         record.replayed_states = replayed[-1].states if replayed else None
     return record
+
+
+def run_paths(forwards: Forwards, plan: ProbePlan, reference: torch.Tensor, full: torch.Tensor, decoded: Any,
+              ragged: Callable[..., PathRecord] | None, timings: dict[str, float]) -> dict[str, PathRecord]:
+    """The extra cache paths ``plan`` turns on, on any family's ``forwards``: ``reference`` is the uncached logits at
+    positions P-1 … P+N-1, ``full`` the decoded sequence, ``decoded`` the main decode's cache; ``ragged(feed)`` the
+    ragged path (causal LMs). A failing path is checked for top-k ties and replayed with the uncached selections."""
+    paths = {}
+    runs = {"prefix_reuse": lambda: run_prefix_reuse(forwards, plan, reference, full),
+            "ragged": ragged,
+            "crop": lambda: run_crop(forwards, plan, reference, full, decoded),
+            "reorder": lambda: run_reorder(forwards, plan, full)}
+    for name, run in runs.items():
+        if getattr(plan, name) and run is not None:
+            start = time.perf_counter()
+            try:
+                paths[name] = path = run()
+                if plan.locate_tolerance is not None and _path_fails(path, plan.locate_tolerance.limit(path.logit_scale)):
+                    path.topk_ties = topk_ties(run)  # a failing path: were its selections decided by ties?
+                    if name != "reorder":  # reorder compares two cached runs: no uncached selections to replay
+                        rerun = partial(ragged, path.fed) if name == "ragged" and ragged is not None else run
+                        path.replay = _replay_path(forwards, name, rerun, full, path)
+            except Exception as exc:  # noqa: BLE001 - a crash in one path fails that path's check only
+                paths[name] = failed_path(name, exc)
+            timings[f"{name}_s"] = time.perf_counter() - start
+    return paths
 
 
 def _prefill_split(model: Model, keyword: str, prompt: torch.Tensor, reference_steps: torch.Tensor, delta: float,
@@ -397,20 +414,20 @@ def _path_fails(path: PathRecord, limit: float) -> bool:
             or (path.original_delta or 0.0) > limit)
 
 
-def _replay_path(model: Model, dtype: str, name: str, run: Callable[[], PathRecord], full: torch.Tensor,
+def _replay_path(forwards: Forwards, name: str, run: Callable[[], PathRecord], full: torch.Tensor,
                  path: PathRecord) -> SelectionReplay | None:
     """A failing path again with the uncached selections forced in: ragged's own per-row passes (``run`` feeds the
     tokens the path decoded), else the main one. The replayed run's cache comparison goes to ``path.replayed_states``."""
     reruns: list[PathRecord] = []
 
     def uncached() -> object:
-        return run() if name == "ragged" else model(input_ids=full, use_cache=False)
+        return run() if name == "ragged" else forwards.uncached(full)
 
     def replayed() -> list[float]:
         reruns.append(run())
         return reruns[-1].step_max_abs_delta
 
-    replay = replay_selections(model, getattr(torch, dtype), replayed, uncached)
+    replay = replay_selections(forwards.model, forwards.dtype, replayed, uncached)
     path.replayed_states = reruns[-1].states if reruns else None
     return replay
 

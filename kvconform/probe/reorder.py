@@ -12,6 +12,10 @@ at another place of the batch's matmuls, which rounds differently on some CPU ke
 a rounding boundary then lands one step (6 %) away: a difference of the kernels, not of ``reorder_cache``.
 State a model keeps outside its cache is caught by the static cells' fresh-prefill comparison.
 
+A family cell (an image, audio features or an encoder output per row) is compared with its prefilled cache's rows moved
+by hand too, in both halves of an encoder-decoder cache: a prefill in another row order would need every per-row input
+reordered with it, and the same decode inputs on both sides leave ``reorder_cache`` the only difference.
+
 An integer-quantized cache (quanto, HQQ) is compared with its residual design (``int_design``), prefilled with the
 same rows and reordered the same way: HQQ's groups span batch rows, so no per-row tensor can be moved by hand,
 and transformers defers the quantized part's move to the next update, which the decode then crosses with flushes.
@@ -27,39 +31,39 @@ from typing import Any
 
 import torch
 
-from kvconform.build.models import Model
 from kvconform.build.support import int_cache_config
 from kvconform.matrix import INT_QUANTIZED
 from kvconform.probe.cache_api import ApiRecord, first_change, layer_tensors
-from kvconform.probe.cache_io import forward_keeping_cache, keep_logits, new_cache, returned_cache, seq_length
+from kvconform.probe.cache_io import cache_layers, cross_layers, seq_length
+from kvconform.probe.forwards import Forwards
 from kvconform.probe.variants import PathNotApplicable, PathRecord, row_delta, summarize
 
 
-def _decode(model: Model, keyword: str, cache: Any, tokens: torch.Tensor) -> tuple[list[torch.Tensor], list[int | None], Any]:
+def _decode(forwards: Forwards, cache: Any, tokens: torch.Tensor) -> tuple[list[torch.Tensor], list[int | None], Any]:
     logits, lengths = [], []
     for position in range(tokens.shape[1]):
-        output = model(input_ids=tokens[:, position : position + 1], use_cache=True, **{keyword: cache})
-        cache = returned_cache(output, cache)
+        cache, output = forwards.extend(tokens[:, position : position + 1], cache)
         logits.append(output.logits[:, -1, :])
         lengths.append(seq_length(cache))
     return logits, lengths, cache
 
 
 @torch.inference_mode()
-def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -> PathRecord:
-    """Prefill ``sequence``'s prompt, ``reorder_cache`` by a row rotation, decode; compare with the rotated prefill."""
+def run_reorder(forwards: Forwards, plan: Any, sequence: torch.Tensor) -> PathRecord:
+    """Prefill ``sequence``'s prompt, ``reorder_cache`` by a row rotation, decode; compare with the rotated prefill (or, where
+    the forwards carry per-row media or encoder output, with the prefilled cache's rows moved by hand: both halves of an
+    encoder-decoder cache, which generate()'s ``EncoderDecoderCache.reorder_cache`` reorders both)."""
+    model = forwards.model
     batch, prompt_length, total = sequence.shape[0], plan.prompt_length, sequence.shape[1]
     if batch < 2:
         raise PathNotApplicable(f"batch_size {batch}: reordering needs at least 2 rows")
     order = torch.roll(torch.arange(batch, device=sequence.device), 1)
-    cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prompt_length],
-                                     **keep_logits(model, 1))
-    by_hand = _rows_moved(copy.deepcopy(cache), order) if plan.cache == "quantized" else None
+    cache, _ = forwards.cached(sequence[:, :prompt_length], forwards.new_cache(plan.cache, total), keep=1)
+    by_hand = _rows_moved(copy.deepcopy(cache), order) if plan.cache == "quantized" or forwards.row_inputs else None
     if plan.cache in INT_QUANTIZED:
         from kvconform.probe.int_design import design_cache
 
-        by_hand, _ = forward_keeping_cache(model, keyword, design_cache(model, int_cache_config(model.config, plan.cache)),
-                                           input_ids=sequence[:, :prompt_length], **keep_logits(model, 1))
+        by_hand, _ = forwards.cached(sequence[:, :prompt_length], design_cache(model, int_cache_config(model.config, plan.cache)), keep=1)
         by_hand.reorder_cache(order)
     api, before, identity = ApiRecord(), layer_tensors(cache), torch.arange(batch, device=sequence.device)
     cache.reorder_cache(identity)
@@ -67,12 +71,15 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
     if change:
         api.problems.append(f"reorder_cache(identity {list(range(batch))}) changed the prefilled cache: {change}")
     cache.reorder_cache(order)
+    if forwards.row_inputs and by_hand is not None:  # where the reference is the same cache moved by hand: which tensor differs
+        moved = first_change(layer_tensors(by_hand), layer_tensors(cache))
+        if moved:
+            api.problems.append(f"reorder_cache({order.tolist()}) left the cache unlike its rows moved by hand: {moved}")
     reordered = sequence[order]
-    logits, lengths, cache = _decode(model, keyword, cache, reordered[:, prompt_length:])
+    logits, lengths, cache = _decode(forwards, cache, reordered[:, prompt_length:])
     if by_hand is None:
-        by_hand, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=reordered[:, :prompt_length],
-                                           **keep_logits(model, 1))
-    expected, _, _ = _decode(model, keyword, by_hand, reordered[:, prompt_length:])
+        by_hand, _ = forwards.cached(reordered[:, :prompt_length], forwards.new_cache(plan.cache, total), keep=1)
+    expected, _, _ = _decode(forwards, by_hand, reordered[:, prompt_length:])
     deltas = [row_delta(got, want) for got, want in zip(logits, expected, strict=False)]
     scale = max(float(torch.nan_to_num(want.float()).abs().max()) for want in expected)
     description = (f"a prefilled {plan.cache} cache reordered by the identity (bit-identical) and by rows {order.tolist()} "
@@ -81,25 +88,39 @@ def run_reorder(model: Model, plan: Any, keyword: str, sequence: torch.Tensor) -
     record.api = api
     record.reference = ("the same prefilled quantized cache with its rows moved by hand" if plan.cache == "quantized"
                         else "its residual design, prefilled and reordered alike" if plan.cache in INT_QUANTIZED
+                        else f"the same prefilled {plan.cache} cache with its rows moved by hand (every half)" if forwards.row_inputs
                         else f"the same {plan.cache} cache prefilled in that row order")
     return record
 
 
 def _rows_moved(cache: Any, order: torch.Tensor) -> Any:
-    """``cache`` with every per-row tensor of its layers (2-D or more, batch first; also inside tuples such as the
-    fp8 layer's ``(values, scale)``) indexed by ``order``."""
+    """``cache`` with every per-row tensor of its layers, in both halves of an encoder-decoder cache (2-D or more, batch
+    first; also inside tuples such as the fp8 layer's ``(values, scale)`` and dicts such as a linear-attention layer's
+    states) indexed by ``order``, in place: each memory region once, the largest tensor over it first, so tensors that
+    are views of one buffer (a reference sliding window layer's ``keys`` inside its ``all_keys``) stay views of it."""
     batch = len(order)
 
-    def moved(value: Any) -> Any:
-        if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[0] == batch:
-            return value.index_select(0, order.to(value.device))
+    def tensors(value: Any) -> list[torch.Tensor]:
+        if isinstance(value, torch.Tensor):
+            return [value] if value.dim() >= 2 and value.shape[0] == batch else []
         if isinstance(value, (tuple, list)):
-            return type(value)(moved(item) for item in value)
-        return value
+            return [t for item in value for t in tensors(item)]
+        if isinstance(value, dict):  # a linear-attention layer's conv and recurrent states, by state index
+            return [t for item in value.values() for t in tensors(item)]
+        return []
 
-    for layer in getattr(cache, "layers", []):
-        for name, value in vars(layer).items():
-            setattr(layer, name, moved(value))
+    def span(tensor: torch.Tensor) -> tuple[int, int]:
+        extent = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
+        return tensor.data_ptr(), tensor.data_ptr() + extent * tensor.element_size()
+
+    found = [t for layer in [*cache_layers(cache), *cross_layers(cache)] for value in vars(layer).values() for t in tensors(value)]
+    moved: list[tuple[int, int]] = []
+    for tensor in sorted(found, key=lambda t: t.numel(), reverse=True):
+        start, _ = span(tensor)
+        if any(low <= start < high for low, high in moved):  # a view of a region already moved
+            continue
+        tensor.copy_(tensor.index_select(0, order.to(tensor.device)))
+        moved.append(span(tensor))
     return cache
 
 

@@ -27,10 +27,10 @@ from kvconform.probe.cache_io import (
     keep_logits,
     make_prompt,
     new_cache,
-    returned_cache,
     seq_length,
 )
 from kvconform.probe.cache_state import StateComparison, cache_tensors, compare_states, snapshot
+from kvconform.probe.forwards import Forwards
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.ragged_rows import ragged_row_lengths
 from kvconform.probe.reference_health import TopkTies
@@ -187,43 +187,45 @@ def run_ragged(model: Model, plan: Any, keyword: str, feed: list[list[int]] | No
 
 
 @torch.inference_mode()
-def run_prefix_reuse(model: Model, plan: Any, keyword: str, expected: torch.Tensor,
-                     sequence: torch.Tensor) -> PathRecord:
+def run_prefix_reuse(forwards: Forwards, plan: Any, expected: torch.Tensor, sequence: torch.Tensor) -> PathRecord:
     """Prefill P-2 tokens, copy that cache, extend the copy by 2 tokens at once, then decode the same tokens; compare
     the extended copy with one prefill of P tokens, then extend the original again by the same 2 tokens.
 
     ``sequence`` is the main probe's fed tokens (P + N) and ``expected`` its uncached logits at positions
-    P-1 … P+N-1 [B, N+1, V].
+    P-1 … P+N-1 [B, N+1, V]. A vision-language prefix holds the image; an encoder-decoder cache is copied with both halves.
     """
     prompt_length, total = plan.prompt_length, sequence.shape[1]
     prefix = max(1, prompt_length - 2)
+    within_one_prefill(forwards, prefix, "a prefix cache of its first")
     extend = sequence[:, prefix:prompt_length]
-    stored, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prefix],
-                                      **keep_logits(model, 1))
+    stored, _ = forwards.cached(sequence[:, :prefix], forwards.new_cache(plan.cache, total), keep=1)
     before = snapshot(stored)
     reused = copy.deepcopy(stored)
-    output = model(input_ids=extend, use_cache=True, **keep_logits(model, 1), **{keyword: reused})
+    reused, output = forwards.extend(extend, reused, keep=1)
     logits = [output.logits[:, -1, :]]
-    reused = returned_cache(output, reused)
     extended = snapshot(reused)
     lengths = [seq_length(reused)]
     for position in range(prompt_length, total):
-        output = model(input_ids=sequence[:, position : position + 1], use_cache=True, **{keyword: reused})
-        reused = returned_cache(output, reused)
+        reused, output = forwards.extend(sequence[:, position : position + 1], reused)
         logits.append(output.logits[:, -1, :])
         lengths.append(seq_length(reused))
     deltas = [row_delta(cached, expected[:, step, :]) for step, cached in enumerate(logits)]
     scale = float(torch.nan_to_num(expected.float()).abs().max())
     description = f"a copied {prefix}-token prefix cache extended by {prompt_length - prefix} tokens at once, then decoded"
     record = summarize("prefix_reuse", deltas, scale, description, lengths, prompt_length, reused)
-    dtype = next(model.parameters()).dtype
     now = cache_tensors(stored)
     record.original_changed = next((f"layer {layer} ({name}) {tensor}" for (layer, tensor), (name, old) in before.items()
                                     if (layer, tensor) not in now or not torch.equal(old, now[(layer, tensor)][1])), None)
-    fresh, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=sequence[:, :prompt_length],
-                                     **keep_logits(model, 1))
-    record.states = compare_states(extended, snapshot(fresh), dtype)
-    again = model(input_ids=extend, use_cache=True, **keep_logits(model, 1), **{keyword: stored}).logits[:, -1, :]
-    record.original_delta = float(row_delta(again, logits[0]).max())
+    fresh, _ = forwards.cached(sequence[:, :prompt_length], forwards.new_cache(plan.cache, total), keep=1)
+    record.states = compare_states(extended, snapshot(fresh), forwards.dtype)
+    _, again = forwards.extend(extend, stored, keep=1)
+    record.original_delta = float(row_delta(again.logits[:, -1, :], logits[0]).max())
     return record
 
+
+def within_one_prefill(forwards: Forwards, first: int, what: str) -> None:
+    """A path that caches the first ``first`` tokens and feeds the rest later cannot split a prefix-LM's bidirectional
+    prompt: its first tokens' K/V depend on every prompt token (``token_type_ids`` 0), so it is not applicable."""
+    if 0 < first < forwards.bidirectional:
+        raise PathNotApplicable(f"{what} {first} tokens splits the {forwards.bidirectional}-token prompt that attends both "
+                                "ways (a prefix-LM's token_type_ids 0): no cache of part of it equals one prefill of it all")
