@@ -11,8 +11,15 @@ Exit 1 when the bug reproduces on every model. Needs only torch and transformers
 import sys
 
 import torch
-from transformers import (CanaryConfig, CanaryForConditionalGeneration, CohereAsrConfig, CohereAsrForConditionalGeneration,
-                          GenerationConfig, MoonshineConfig, MoonshineForConditionalGeneration)
+from transformers import (
+    CanaryConfig,
+    CanaryForConditionalGeneration,
+    CohereAsrConfig,
+    CohereAsrForConditionalGeneration,
+    GenerationConfig,
+    MoonshineConfig,
+    MoonshineForConditionalGeneration,
+)
 
 ENCODER = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
            "max_position_embeddings": 64, "initializer_range": 0.15, "subsampling_conv_channels": 256, "num_mel_bins": 128}
