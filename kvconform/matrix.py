@@ -62,9 +62,11 @@ SETTING_KEYS = (
     "padded_generate", "path_dtypes", "static_paths", "chunked_prefill", "assisted", "assisted_drafters",
 )
 MODEL_KEYS = SETTING_KEYS + SOURCE_KEYS + (
-    "id", "config", "revision", "trust_remote_code", "allow_pickle", "xfail", "exclude",
+    "id", "config", "revision", "trust_remote_code", "allow_pickle", "xfail", "xfail_groups", "exclude",
     "device_map", "max_memory", "notes", "family",
 )
+#: The fields of one ``xfail_groups`` entry of a sweep: the types one finding applies to, and its entries by check.
+GROUP_KEYS = ("types", "xfail")
 TOLERANCE_KEYS = ("atol", "rtol")
 
 
@@ -290,6 +292,9 @@ def parse_matrix(
             if not isinstance(entry, dict):
                 raise MatrixError(f"{label}: expected a mapping, got {type(entry).__name__}")
             _check_keys(entry, MODEL_KEYS, label)
+            if "xfail_groups" in entry and entry.get("sweep") != CAUSAL_LM:
+                raise MatrixError(f"{label}: field 'xfail_groups' belongs to the causal-lm sweep entry (a single model lists its "
+                                  "known failures under 'xfail')")
             if entry.get("sweep", CAUSAL_LM) != CAUSAL_LM or entry.get("family", CAUSAL_LM) != CAUSAL_LM:
                 family_entry = _family_entry(entry, defaults, label, family_sweeps)
                 models.extend(family_entry[0])
@@ -303,7 +308,8 @@ def parse_matrix(
                 swept, left_out = _expand_sweep(entry, defaults, label, types or [], excluded_types)
                 models.extend(swept)
                 excluded.update(left_out)
-                named = {*entry.get("exclude", {}), *entry.get("xfail", {})}
+                grouped = [t for group in entry.get("xfail_groups", []) for t in group.get("types", [])]
+                named = {*entry.get("exclude", {}), *entry.get("xfail", {}), *grouped}
                 unmatched.extend(sorted(named - set(types or [])))
                 hints.update({name: tuple(close_matches(name, types or [])) for name in named - set(types or [])})
             else:
@@ -521,7 +527,7 @@ def _expand_sweep(
     left_out = dict(excluded_types)
     for model_type, reason in _expect(entry.get("exclude", {}), dict, label, "exclude").items():
         left_out[model_type] = _expect(reason, str, label, f"exclude.{model_type}")
-    xfails = _expect(entry.get("xfail", {}), dict, label, "xfail")
+    xfails = _with_groups(_expect(entry.get("xfail", {}), dict, label, "xfail"), entry.get("xfail_groups", []), label)
     for model_type, checks in xfails.items():
         _parse_xfail(checks, f"{label}: {model_type}")
     settings = {k: entry[k] for k in SETTING_KEYS if k in entry}
@@ -534,6 +540,24 @@ def _expand_sweep(
         if model_type not in left_out
     ]
     return specs, {t: r for t, r in left_out.items() if t in known_types}
+
+
+def _with_groups(xfails: dict[str, Any], groups: Any, label: str) -> dict[str, Any]:
+    """A sweep's per-type known failures with its ``xfail_groups`` merged in: each group names the types one finding
+    applies to (a release's shipped bug on every type whose forward meets it) and its entries by check; a type that has
+    an entry for that check already keeps it and gets the group's as a further alternative."""
+    merged = {model_type: dict(checks) if isinstance(checks, dict) else checks for model_type, checks in xfails.items()}
+    for index, group in enumerate(_expect(groups, list, label, "xfail_groups")):
+        where = f"{label}: xfail_groups[{index}]"
+        _expect(group, dict, where, "xfail_groups")
+        _check_keys(group, GROUP_KEYS, where)
+        types = _expect(group.get("types"), list, where, "types")
+        for model_type in types:
+            checks = merged.setdefault(str(model_type), {})
+            for key, found in _expect(group.get("xfail"), dict, where, "xfail").items():
+                existing = checks.get(key)
+                checks[key] = found if existing is None else [*(existing if isinstance(existing, list) else [existing]), found]
+    return merged
 
 
 def _family_entry(

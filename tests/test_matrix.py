@@ -185,6 +185,28 @@ def test_sweep_names_unknown_to_this_release_are_kept_aside_not_fatal() -> None:
     assert "qwen" not in matrix.excluded
 
 
+def test_a_group_lists_the_types_one_finding_applies_to_and_adds_it_beside_their_own_entries() -> None:
+    other = {**BUG, "reason": "another bug", "expect": "values differ"}
+    matrix = parse([{"sweep": "causal-lm", "xfail": {"mistral": {"generate": other}},
+                     "xfail_groups": [{"types": ["mistral", "gpt2", "retired_type"], "xfail": {"generate": BUG}}]}])
+    known = {m.id: dict(m.xfail) for m in matrix.models}
+    assert known["gpt2"] == {"generate": KnownFailure(**BUG)} and known["llama"] == {}
+    # mistral's own entry comes first, the group's is the alternative (the first that applies counts)
+    assert known["mistral"] == {"generate": KnownFailure(**other)}
+    assert "retired_type" in matrix.unmatched  # another release's type: kept aside, not fatal
+
+
+@pytest.mark.parametrize(("entry", "fragments"), [
+    ({"sweep": "causal-lm", "xfail_groups": [{"types": ["gpt2"], "xfails": {}}]}, ["xfail_groups[0]", "unknown field 'xfails'"]),
+    ({"sweep": "causal-lm", "xfail_groups": [{"types": "gpt2", "xfail": {}}]}, ["xfail_groups[0]", "'types' must be list"]),
+    ({"id": "one", "synthetic": "gpt2", "xfail_groups": []}, ["(id 'one')", "'xfail_groups' belongs to the causal-lm sweep entry"]),
+])
+def test_group_errors_name_the_group(entry: dict[str, Any], fragments: list[str]) -> None:
+    message = parse_error([entry])
+    for fragment in fragments:
+        assert fragment in message, message
+
+
 @pytest.mark.parametrize(("entry", "fragments"), [
     ({"sweep": "causal-lm", "exclude": {"qwen2": 3}}, ["models[0]", "'exclude.qwen2' must be str"]),
     ({"sweep": "causal-lm", "xfail": {"mistral": {"parity": 1}}}, ["models[0]: mistral: xfail.parity", "must be a mapping with reason, kind, expect, got int"]),
