@@ -29,7 +29,7 @@ def main() -> int:
     ids = torch.randint(3, 256, (1, 6), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=8, min_new_tokens=8, do_sample=False, return_dict_in_generate=True)
-    layers = [(kind, type(layer).__name__, layer.keys.shape[-2]) for kind, layer in zip(config.layer_types, out.past_key_values.layers)]
+    layers = [(kind, type(layer).__name__, layer.keys.shape[-2]) for kind, layer in zip(config.layer_types, out.past_key_values.layers, strict=True)]
     print(f"torch {torch.__version__}, transformers {transformers.__version__}; generate()'s cache after 14 tokens: {layers}")
     kept = max(length for kind, _, length in layers if kind == "sliding_attention")
     if kept > window - 1:
