@@ -186,6 +186,14 @@ def test_shards_merge_into_the_history_of_all_releases(tmp_path: Path) -> None:
         merge_histories([(read_history(first), first), (read_history(first), first)])
 
 
+def test_a_release_run_again_replaces_its_earlier_run_with_replace(tmp_path: Path) -> None:
+    first = write_shard(tmp_path, "one", ("5.0.0", "5.4.0"))
+    again = write_shard(tmp_path, "again", ("5.4.0",))
+    runs, _, _ = merge_histories([(read_history(first), first), (read_history(again), again)], replace=True)
+    assert [(run["release"], run.get("replaced")) for run in runs] == [("5.0.0", None), ("5.4.0", str(first))]
+    assert runs[1]["report"] == str((again / "releases" / "5.4.0" / "conformance.json").resolve())
+
+
 def test_merge_refuses_histories_of_different_selections(tmp_path: Path) -> None:
     first = write_shard(tmp_path, "one", ("5.0.0",))
     other = read_history(first) | {"selection": ["-k", "y"]}

@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     merge = sub.add_parser("merge", help="merge the history folders of shards into one report")
     merge.add_argument("folders", nargs="+", type=Path)
     merge.add_argument("--out", type=Path, required=True)
+    merge.add_argument("--replace", action="store_true",
+                       help="a release in several folders: the later folder's run counts (a release run again after a fix)")
     bis = sub.add_parser("bisect", help="the first release in a range where one cell's check changes verdict")
     bis.add_argument("cell", help="cell id, e.g. 'llama[float32-cpu-dynamic]'")
     bis.add_argument("check", help="check name, e.g. parity or crop")
@@ -73,7 +75,7 @@ def command_run(args: argparse.Namespace) -> int:
 
 
 def command_merge(args: argparse.Namespace) -> int:
-    runs, docs, selection = merge_histories([(read_history(folder), folder) for folder in args.folders])
+    runs, docs, selection = merge_histories([(read_history(folder), folder) for folder in args.folders], replace=args.replace)
     doc = write_history(runs, docs, selection, args.out)
     print(summary_line(doc))
     print(f"history: {args.out / 'history.md'}")

@@ -153,11 +153,12 @@ def load_reports(runs: Sequence[Mapping[str, Any]], base: Path) -> dict[str, Doc
     return docs
 
 
-def merge_histories(histories: Sequence[tuple[Doc, Path]]) -> tuple[list[dict[str, Any]], dict[str, Doc], list[str]]:
+def merge_histories(histories: Sequence[tuple[Doc, Path]], replace: bool = False) -> tuple[list[dict[str, Any]], dict[str, Doc], list[str]]:
     """The runs (report paths made absolute), reports and selection of several histories (shards over releases).
 
-    Raises ``ValueError`` when a release is in two of them or their selections differ (a history compares
-    like with like).
+    Raises ``ValueError`` when their selections differ (a history compares like with like) or, unless ``replace``, when
+    a release is in two of them; with ``replace`` a later history's run of a release replaces an earlier one's (a
+    release run again after a fix), and the run says which run it replaced.
     """
     if not histories:
         raise ValueError("merge: no history to merge")
@@ -169,9 +170,13 @@ def merge_histories(histories: Sequence[tuple[Doc, Path]]) -> tuple[list[dict[st
     for doc, base in histories:
         for run in doc["releases"]:
             if run["release"] in seen:
-                raise ValueError(f"merge: release {run['release']} is in {seen[run['release']]} and in {base}: "
-                                 "merge shards that ran different releases")
+                if not replace:
+                    raise ValueError(f"merge: release {run['release']} is in {seen[run['release']]} and in {base}: "
+                                     "merge shards that ran different releases (or --replace: the later run counts)")
+                runs = [r for r in runs if r["release"] != run["release"]]
+                run = run | {"replaced": str(seen[run["release"]])}
             seen[run["release"]] = base
             runs.append({key: value for key, value in run.items() if key != "torch"}
                         | {"report": str((base / run["report"]).resolve())})
+    runs.sort(key=lambda run: Version(run["release"]))
     return runs, load_reports(runs, Path("/")), list(next(iter(selections)))
