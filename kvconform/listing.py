@@ -7,6 +7,7 @@ from collections.abc import Callable
 from tabulate import tabulate
 
 from kvconform.cells import cache_axes
+from kvconform.checks.table import CHECK_TABLE, CHECKS
 from kvconform.families import CAUSAL_LM
 from kvconform.matrix import Matrix, ModelSpec
 
@@ -43,8 +44,9 @@ def render_listing(matrix: Matrix, paths: Callable[[ModelSpec], dict[str, str | 
 
 
 def _paths_of(spec: ModelSpec, paths: Callable[[ModelSpec], dict[str, str | None]] | None) -> tuple[str, dict[str, str | None]]:
-    if paths is not None and spec.family != CAUSAL_LM:
-        return ("dynamic only (cache paths are built for causal LMs)", {})
+    if paths is not None and spec.family != CAUSAL_LM:  # the family's paths, as the check table gives them
+        run = [c.name for c in CHECK_TABLE if c.reuse_path or c.name in ("generate", "beam", "reorder", "assisted")]
+        return (" ".join(name for name in run if spec.family in CHECKS[name].families) or "decode only", {})
     if paths is None or spec.model_type is None or spec.source != "synthetic":
         return ("decided when loaded" if paths is not None else "", {})
     try:
