@@ -292,8 +292,8 @@ def parse_matrix(
             if not isinstance(entry, dict):
                 raise MatrixError(f"{label}: expected a mapping, got {type(entry).__name__}")
             _check_keys(entry, MODEL_KEYS, label)
-            if "xfail_groups" in entry and entry.get("sweep") != CAUSAL_LM:
-                raise MatrixError(f"{label}: field 'xfail_groups' belongs to the causal-lm sweep entry (a single model lists its "
+            if "xfail_groups" in entry and "sweep" not in entry:
+                raise MatrixError(f"{label}: field 'xfail_groups' belongs to a sweep entry (a single model lists its "
                                   "known failures under 'xfail')")
             if entry.get("sweep", CAUSAL_LM) != CAUSAL_LM or entry.get("family", CAUSAL_LM) != CAUSAL_LM:
                 family_entry = _family_entry(entry, defaults, label, family_sweeps)
@@ -544,19 +544,28 @@ def _expand_sweep(
 
 def _with_groups(xfails: dict[str, Any], groups: Any, label: str) -> dict[str, Any]:
     """A sweep's per-type known failures with its ``xfail_groups`` merged in: each group names the types one finding
-    applies to (a release's shipped bug on every type whose forward meets it) and its entries by check; a type that has
-    an entry for that check already keeps it and gets the group's as a further alternative."""
+    applies to (a release's shipped bug on every type whose forward meets it) and its entries by check. A type that has
+    an entry for that check already keeps it first and gets the group's as a further alternative; a group's ``*`` entry
+    (the model does not build or run on its releases, so every check fails with it) also goes first in each of the
+    type's own entries, where a named check would otherwise win over ``*`` (known_failures.known_failure)."""
+
+    def alternatives(entry: Any) -> list[Any]:
+        return list(entry) if isinstance(entry, list) else [entry]
+
     merged = {model_type: dict(checks) if isinstance(checks, dict) else checks for model_type, checks in xfails.items()}
     for index, group in enumerate(_expect(groups, list, label, "xfail_groups")):
         where = f"{label}: xfail_groups[{index}]"
         _expect(group, dict, where, "xfail_groups")
         _check_keys(group, GROUP_KEYS, where)
         types = _expect(group.get("types"), list, where, "types")
+        entries = _expect(group.get("xfail"), dict, where, "xfail")
         for model_type in types:
             checks = merged.setdefault(str(model_type), {})
-            for key, found in _expect(group.get("xfail"), dict, where, "xfail").items():
+            if "*" in entries:
+                checks.update({key: [entries["*"], *alternatives(own)] for key, own in checks.items() if key != "*"})
+            for key, found in entries.items():
                 existing = checks.get(key)
-                checks[key] = found if existing is None else [*(existing if isinstance(existing, list) else [existing]), found]
+                checks[key] = found if existing is None else [*alternatives(existing), found]
     return merged
 
 

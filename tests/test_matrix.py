@@ -196,10 +196,19 @@ def test_a_group_lists_the_types_one_finding_applies_to_and_adds_it_beside_their
     assert "retired_type" in matrix.unmatched  # another release's type: kept aside, not fatal
 
 
+def test_a_group_that_stops_the_model_building_comes_first_in_the_types_own_entries() -> None:
+    """A named check wins over ``*``: the group's ``*`` (every check fails with it on its releases) leads each own entry."""
+    build = {**BUG, "reason": "the config does not load", "expect": "StrictDataclassFieldValidationError"}
+    matrix = parse([{"sweep": "causal-lm", "xfail": {"mistral": {"generate": BUG}},
+                     "xfail_groups": [{"types": ["mistral"], "xfail": {"*": build}}]}])
+    known = dict(next(m for m in matrix.models if m.id == "mistral").xfail)
+    assert known == {"generate": KnownFailure(**build), "*": KnownFailure(**build)}
+
+
 @pytest.mark.parametrize(("entry", "fragments"), [
     ({"sweep": "causal-lm", "xfail_groups": [{"types": ["gpt2"], "xfails": {}}]}, ["xfail_groups[0]", "unknown field 'xfails'"]),
     ({"sweep": "causal-lm", "xfail_groups": [{"types": "gpt2", "xfail": {}}]}, ["xfail_groups[0]", "'types' must be list"]),
-    ({"id": "one", "synthetic": "gpt2", "xfail_groups": []}, ["(id 'one')", "'xfail_groups' belongs to the causal-lm sweep entry"]),
+    ({"id": "one", "synthetic": "gpt2", "xfail_groups": []}, ["(id 'one')", "'xfail_groups' belongs to a sweep entry"]),
 ])
 def test_group_errors_name_the_group(entry: dict[str, Any], fragments: list[str]) -> None:
     message = parse_error([entry])
