@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """generate(prefill_chunk_size=...) in transformers 5.2 gives every prompt chunk the last chunk's positions.
 
-GenerationMixin._prefill's chunked branch (generation/utils.py in 5.2.0) keeps the whole prompt's ``position_ids`` in
-``model_kwargs`` (generate() makes them from the attention mask) and passes them unsliced with each chunk to
-``prepare_inputs_for_generation``, which keeps their last ``len(chunk)`` columns: every chunk but the last is embedded
-at the last chunk's positions, so the prefill's cache and the greedy tokens part from generate() without chunking on
-every rotary model. 5.3.0 slices them per chunk (``position_ids[:, past_length:current_length]``); 5.1.0 passes no
-``position_ids`` there.
+5.2.0's generate() puts the whole prompt's ``position_ids`` into ``model_kwargs`` (``_prepare_position_ids_for_generation``,
+generation/utils.py:2564-2567, new in 5.2), and GenerationMixin._prefill's chunked branch (unchanged since 5.1) passes
+them unsliced with each chunk to ``prepare_inputs_for_generation``, which keeps their last ``len(chunk)`` columns
+(generation/utils.py:661): every chunk but the last is embedded at the last chunk's positions, so the prefill's cache
+and the greedy tokens part from generate() without chunking on every model whose forward reads position_ids. 5.3.0
+slices them per chunk (``position_ids[:, past_length:current_length]``); 5.1.0 has none in ``model_kwargs``.
 Exit 1 while the bug is there (the chunked generate() returns other tokens), 0 when both agree.
 """
 import sys
