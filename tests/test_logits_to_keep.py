@@ -5,15 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvconform.probe import cache_io, crop, decode, reorder, variants
-from kvconform.probe.decode import ProbePlan, run_probe
+import kvconform.probe
+from kvconform.probe.cache_io import keep_logits
+from kvconform.probe.decode import ProbePlan, ProbeRecord, run_probe
 from tests.conftest import TOLERANCES
 
 PLAN = ProbePlan(batch_size=2, prompt_length=6, decode_steps=8, seed=0, generate=False, ragged=True, prefix_reuse=True,
                  crop=True, reorder=True, locate_tolerance=TOLERANCES["float32"])
 
 
-def _probe_counting_positions(model: torch.nn.Module, plan: ProbePlan) -> tuple[decode.ProbeRecord, list[int]]:
+def _probe_counting_positions(model: torch.nn.Module, plan: ProbePlan) -> tuple[ProbeRecord, list[int]]:
     """The record and, per forward, how many positions reached the output head."""
     positions: list[int] = []
     handle = model.lm_head.register_forward_hook(lambda _m, args, _o: positions.append(args[0].shape[-2]))
@@ -25,8 +26,13 @@ def _probe_counting_positions(model: torch.nn.Module, plan: ProbePlan) -> tuple[
 
 def _without_keep(monkeypatch: pytest.MonkeyPatch) -> None:
     """As for a model whose forward takes no ``logits_to_keep``: every position's logits."""
-    for module in (cache_io, decode, variants, crop, reorder):
-        monkeypatch.setattr(module, "keep_logits", lambda _model, _count: {})
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.iter_modules(kvconform.probe.__path__):  # every probe module that imported it
+        module = importlib.import_module(f"kvconform.probe.{info.name}")
+        if hasattr(module, "keep_logits"):
+            monkeypatch.setattr(module, "keep_logits", lambda _model, _count: {})
 
 
 def test_only_the_read_positions_reach_the_head(llama):
@@ -58,4 +64,4 @@ def test_a_model_without_the_keyword_gets_none():
         def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
             return input_ids
 
-    assert cache_io.keep_logits(Plain(), 3) == {}
+    assert keep_logits(Plain(), 3) == {}

@@ -96,8 +96,9 @@ def run_reorder(forwards: Forwards, plan: Any, sequence: torch.Tensor) -> PathRe
 def _rows_moved(cache: Any, order: torch.Tensor) -> Any:
     """``cache`` with every per-row tensor of its layers, in both halves of an encoder-decoder cache (2-D or more, batch
     first; also inside tuples such as the fp8 layer's ``(values, scale)`` and dicts such as a linear-attention layer's
-    states) indexed by ``order``, in place: each memory region once, the largest tensor over it first, so tensors that
-    are views of one buffer (a reference sliding window layer's ``keys`` inside its ``all_keys``) stay views of it."""
+    states) indexed by ``order``. Each memory region gets one new buffer with its rows moved, and a tensor that is a
+    view of a region (a reference sliding window layer's ``keys`` inside its ``all_keys``) becomes the same view of the
+    new buffer, so views stay views; nothing is written into the old storage, which a faulty copy may share."""
     batch = len(order)
 
     def tensors(value: Any) -> list[torch.Tensor]:
@@ -113,14 +114,35 @@ def _rows_moved(cache: Any, order: torch.Tensor) -> Any:
         extent = 1 + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True))
         return tensor.data_ptr(), tensor.data_ptr() + extent * tensor.element_size()
 
-    found = [t for layer in [*cache_layers(cache), *cross_layers(cache)] for value in vars(layer).values() for t in tensors(value)]
-    moved: list[tuple[int, int]] = []
+    layers = [*cache_layers(cache), *cross_layers(cache)]
+    found = [t for layer in layers for value in vars(layer).values() for t in tensors(value)]
+    replacement: dict[int, torch.Tensor] = {}
+    bases: list[tuple[torch.Tensor, torch.Tensor, tuple[int, int]]] = []  # (old region, its new buffer, its span)
     for tensor in sorted(found, key=lambda t: t.numel(), reverse=True):
         start, _ = span(tensor)
-        if any(low <= start < high for low, high in moved):  # a view of a region already moved
-            continue
-        tensor.copy_(tensor.index_select(0, order.to(tensor.device)))
-        moved.append(span(tensor))
+        base = next(((old, new) for old, new, (low, high) in bases if low <= start < high), None)
+        if base is None:
+            moved = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device=tensor.device)
+            moved.copy_(tensor.index_select(0, order.to(tensor.device)))
+            bases.append((tensor, moved, span(tensor)))
+            replacement[id(tensor)] = moved
+        elif id(tensor) not in replacement:  # the same view of the new buffer
+            old, new = base
+            offset = new.storage_offset() + (tensor.storage_offset() - old.storage_offset())
+            replacement[id(tensor)] = new.as_strided(tensor.shape, tensor.stride(), offset)
+
+    def rebuilt(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            return replacement.get(id(value), value)
+        if isinstance(value, (tuple, list)):
+            return type(value)(rebuilt(item) for item in value)
+        if isinstance(value, dict):
+            return {key: rebuilt(item) for key, item in value.items()}
+        return value
+
+    for layer in layers:
+        for name, value in vars(layer).items():
+            setattr(layer, name, rebuilt(value))
     return cache
 
 
