@@ -35,22 +35,18 @@ from kvconform.probe.variants import PathNotApplicable
 TEXT_BEFORE_MEDIA = 2
 
 
-def _segments(model: Model, prompt_length: int) -> Callable[[torch.Tensor], dict[str, torch.Tensor]]:
-    """``ids -> {"token_type_ids": ...}`` for a prefix-LM (the prompt 0, every later token 1), else nothing.
+def token_types(model: Model, prompt_length: int, ids: torch.Tensor, first: int = 0) -> dict[str, torch.Tensor]:
+    """A prefix-LM's ``token_type_ids`` of ``ids`` at positions ``first``…: the prompt 0, every later token 1; nothing for
+    other models.
 
     As its processor makes them for a prompt (all 0, ``processing_paligemma.py``: ``return_token_type_ids``)
     and ``generate()`` extends them (each generated token 1, ``modeling_paligemma.py``
     ``_update_model_kwargs_for_generation``): the prompt attends bidirectionally, the suffix causally.
     """
     if model.config.model_type not in prefix_lm_types():
-        return lambda ids: {}
-
-    def types(ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        marks = torch.ones_like(ids)
-        marks[:, :prompt_length] = 0
-        return {"token_type_ids": marks}
-
-    return types
+        return {}
+    positions = torch.arange(first, first + ids.shape[1], device=ids.device)
+    return {"token_type_ids": (positions >= prompt_length).to(ids.dtype).expand_as(ids).contiguous()}
 
 
 def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None) -> Forwards:
@@ -81,11 +77,7 @@ def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None
         return keep_logits(module, keep) if keep is not None else {}
 
     def types(ids: torch.Tensor, first: int) -> dict[str, torch.Tensor]:
-        """A prefix-LM's token types of ``ids`` at positions ``first``…: the prompt 0, every later token 1."""
-        if not prefix_lm:
-            return {}
-        positions = torch.arange(first, first + ids.shape[1], device=ids.device)
-        return {"token_type_ids": (positions >= prompt_length).to(ids.dtype).expand_as(ids)}
+        return token_types(model, prompt_length, ids, first)
 
     def media_of(ids: torch.Tensor, first: int) -> dict[str, Any]:
         if media is None:
@@ -233,7 +225,7 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     def inputs(ids: torch.Tensor, item: MediaInputs | None, prompt_length: int) -> dict[str, Any]:
         item = item if item is not None else blank
         media_inputs = item.for_sequence(model, ids) if item is not None else {}
-        return {**media_inputs, **_segments(model if item is not None else text_model, prompt_length)(ids)}
+        return {**media_inputs, **token_types(model if item is not None else text_model, prompt_length, ids)}
 
     # Only on the caches the media_calls check runs on (the table's): the calls build generate()'s own cache.
     caches = CHECKS["media_calls"].caches
