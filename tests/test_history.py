@@ -13,9 +13,10 @@ from typing import Any
 import jsonschema
 import pytest
 
+from kvconform.history import envs
 from kvconform.history.bisect import Step, bisect, step_of
 from kvconform.history.collect import read_history, write_history
-from kvconform.history.envs import unmet_requirements
+from kvconform.history.envs import EnvironmentError_, unmet_requirements
 from kvconform.history.grid import SCHEMA_PATH, build_history, merge_histories
 from kvconform.history.releases import ReleaseError, last_patches, parse_releases, shard, sorted_releases
 from kvconform.history.render import render_history_html, render_history_markdown
@@ -77,6 +78,32 @@ def test_unmet_requirements_skip_torch_extras_and_what_is_installed() -> None:
     metadata = ("Name: transformers\nRequires-Dist: torch>=2.2\nRequires-Dist: packaging>=20.0\n"
                 "Requires-Dist: accelerate; extra == 'torch'\nRequires-Dist: pytest<1\nRequires-Dist: no-such-package-kv\n")
     assert unmet_requirements(metadata) == ["pytest<1", "no-such-package-kv"]
+
+
+def fake_pip(index: set[str], calls: list[list[str]]) -> Any:
+    """A ``pip install`` that knows only the requirement names in ``index``."""
+    def pip(args: list[str], what: str) -> None:
+        calls.append(args)
+        missing = [a for a in args[2:] if a.split("<")[0].split(">")[0] not in index]
+        if missing:
+            raise EnvironmentError_(f"{what}: no distribution for {missing}")
+    return pip
+
+
+def test_a_release_installs_without_a_runtime_optional_requirement_the_index_lacks(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(envs, "_pip", fake_pip({"typer"}, calls))
+    added, without = envs._install_requirements(tmp_path, "5.25.0", ["typer", "kernels<0.20,>=0.19.1"])
+    assert (added, without) == (["typer"], ["kernels<0.20,>=0.19.1"])
+    assert calls[-1] == ["--target", str(tmp_path), "typer"]
+
+
+def test_a_missing_required_requirement_still_fails_the_environment(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(envs, "_pip", fake_pip({"kernels"}, []))
+    with pytest.raises(EnvironmentError_, match="typer"):
+        envs._install_requirements(tmp_path, "5.25.0", ["typer", "kernels<0.20,>=0.19.1"])
 
 
 # --------------------------------------------------------------------------- history documents

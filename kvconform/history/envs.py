@@ -26,6 +26,10 @@ from kvconform.cache_root import cache_dir
 MARKER = "kvconform-release.json"
 #: Never installed into a release folder: the interpreter's own build is the one every release runs on.
 SHARED = ("torch",)
+#: Declared requirements that transformers only uses when an ``is_X_available()`` check passes (5.25's ``kernels``:
+#: kernels fetched from the Hub at run time, which kvconform never asks for). Where the index has no version that
+#: satisfies one, the release is installed without it and its marker says so.
+OPTIONAL_AT_RUNTIME = ("kernels",)
 
 
 class EnvironmentError_(RuntimeError):
@@ -42,6 +46,8 @@ class ReleaseEnv:
     """Requirements installed beside transformers (those the interpreter's environment did not satisfy)."""
     seconds: float
     """How long its creation took (0 when it was already there)."""
+    without: tuple[str, ...] = ()
+    """Declared requirements left out: optional at run time (:data:`OPTIONAL_AT_RUNTIME`) and not on the index."""
 
     def pythonpath(self, *rest: str | os.PathLike[str]) -> str:
         """``PYTHONPATH`` that imports this release first, then ``rest``."""
@@ -89,7 +95,7 @@ def _load(path: Path, release: str) -> ReleaseEnv | None:
         return None
     if marker.get("transformers") != release:
         return None
-    return ReleaseEnv(release, path, tuple(marker.get("added", [])), 0.0)
+    return ReleaseEnv(release, path, tuple(marker.get("added", [])), 0.0, tuple(marker.get("without", [])))
 
 
 def ensure_release(release: str, root: Path | None = None) -> ReleaseEnv:
@@ -108,15 +114,13 @@ def ensure_release(release: str, root: Path | None = None) -> ReleaseEnv:
     try:
         _pip(["--no-deps", "--target", str(staging), f"transformers=={release}"], f"transformers {release}")
         info = staging / f"transformers-{release}.dist-info" / "METADATA"
-        added = unmet_requirements(info.read_text(encoding="utf-8"))
-        if added:
-            _pip(["--target", str(staging), *added], f"transformers {release}'s requirements")
+        added, without = _install_requirements(staging, release, unmet_requirements(info.read_text(encoding="utf-8")))
         leaked = [name for name in SHARED if (staging / name).exists()]
         if leaked:
             raise EnvironmentError_(f"transformers {release}: installing {', '.join(added)} pulled {', '.join(leaked)} into "
                                     f"{staging}; every release must run on the interpreter's own build")
         seconds = time.monotonic() - start
-        marker = {"transformers": release, "added": added, "python": sys.version.split()[0], "seconds": round(seconds, 1)}
+        marker = {"transformers": release, "added": added, "without": without, "python": sys.version.split()[0], "seconds": round(seconds, 1)}
         (staging / MARKER).write_text(json.dumps(marker, indent=1) + "\n")
         try:
             staging.rename(final)
@@ -127,4 +131,21 @@ def ensure_release(release: str, root: Path | None = None) -> ReleaseEnv:
             return existing
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return ReleaseEnv(release, final, tuple(added), seconds)
+    return ReleaseEnv(release, final, tuple(added), seconds, tuple(without))
+
+
+def _install_requirements(staging: Path, release: str, unmet: list[str]) -> tuple[list[str], list[str]]:
+    """Install ``unmet`` into ``staging``; when that fails, once more without the run-time optional ones. Returns what
+    was installed and what was left out."""
+    if not unmet:
+        return [], []
+    try:
+        _pip(["--target", str(staging), *unmet], f"transformers {release}'s requirements")
+        return unmet, []
+    except EnvironmentError_:
+        required = [r for r in unmet if Requirement(r).name.lower() not in OPTIONAL_AT_RUNTIME]
+        if len(required) == len(unmet):
+            raise
+    if required:
+        _pip(["--target", str(staging), *required], f"transformers {release}'s requirements")
+    return required, [r for r in unmet if r not in required]

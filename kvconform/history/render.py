@@ -75,8 +75,15 @@ def render_history_markdown(doc: Doc) -> str:
               "|---|---|---|---|---|"]
     for run in doc["releases"]:
         lines.append(f"| {run['release']} | {run['status']} | {run.get('env_seconds', 0):.0f} | {run['seconds']:.0f} | "
-                     f"{md_cell(', '.join(run.get('added', [])) or '—')} |")
+                     f"{md_cell(_requirements(run))} |")
     return "\n".join(lines) + "\n"
+
+
+def _requirements(run: Doc) -> str:
+    """The requirements a release's environment added, and those it was made without."""
+    added = ", ".join(run.get("added", [])) or "—"
+    without = run.get("without") or []
+    return added + (f"; without {', '.join(without)} (optional at run time, not on the index)" if without else "")
 
 
 _CSS = """body{font:14px system-ui,sans-serif;margin:1.5em}table{border-collapse:collapse;margin:.6em 0}

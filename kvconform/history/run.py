@@ -54,6 +54,7 @@ def run_release(env: ReleaseEnv, root: Path, out_dir: Path, pytest_args: Sequenc
     (out_dir / "pytest.log").write_text(output)
     record: dict[str, Any] = {"release": env.release, "status": "ok", "exit_code": code, "seconds": round(seconds, 1),
                               "env_seconds": round(env.seconds, 1), "added": list(env.added),
+                              "without": list(env.without),
                               "report": str(out_dir / "conformance.json"), "error": None}
     problem = None
     if code not in VERDICT_EXITS:
