@@ -60,14 +60,20 @@ def mla_caches_latents(model_type: str) -> bool:
     return any(callable(getattr(value, "expand_kv", None)) for value in vars(module).values() if isinstance(value, type))
 
 
-def record_past(cache: Any) -> bool:
+def record_past(cache: Any, tokens: int) -> bool:
     """Start recording the past as assisted decoding does where the release has it (``activate_past_recording``,
     5.15+, so conv and recurrent states can be cropped); before it, assisted decoding crops without recording.
-    Returns whether recording started."""
+    From 5.25 linear-attention layers keep the recurrent states of the last ``recurrent_states_to_keep`` tokens, which
+    generate() sets to the most it may crop (``num_assistant_tokens``, generation/utils.py:2338-2340 in 5.25.0): here
+    ``tokens``. Returns whether recording started."""
     start = getattr(cache, "activate_past_recording", None)
     if start is None:
         return False
-    start()
+    parameters = inspect.signature(start).parameters.values()  # 5.25's Cache forwards **kwargs to its layers
+    if any(p.name == "recurrent_states_to_keep" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        start(recurrent_states_to_keep=tokens)
+    else:
+        start()
     return True
 
 

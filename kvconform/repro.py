@@ -213,8 +213,12 @@ def beam(model, prompt):
 def crop(model, keyword, full, fresh):
     """Prefill PROMPT+3 tokens recording the past (as assisted decoding does), crop(-3), decode the same tokens again."""
     cache = fresh() or transformers.DynamicCache(config=model.config.get_text_config(decoder=True))
-    if hasattr(cache, "activate_past_recording"):  # transformers 5.15+: assisted decoding records the past
-        cache.activate_past_recording()
+    start = getattr(cache, "activate_past_recording", None)
+    if start is not None:  # transformers 5.15+: assisted decoding records the past (5.25+: the last 3 recurrent states)
+        parameters = inspect.signature(start).parameters.values()
+        keep = ({{"recurrent_states_to_keep": 3}} if any(p.name == "recurrent_states_to_keep" or p.kind is p.VAR_KEYWORD
+                                                      for p in parameters) else {{}})
+        start(**keep)
     cache, _ = forward(model, keyword, cache, input_ids=full[:, : PROMPT + 3])
     cache.crop(-3)
     print(f"get_seq_length() after crop(-3): {{int(cache.get_seq_length())}} (expected {{PROMPT}})")

@@ -99,6 +99,13 @@ def test_a_release_installs_without_a_runtime_optional_requirement_the_index_lac
     assert calls[-1] == ["--target", str(tmp_path), "typer"]
 
 
+def test_a_release_made_without_kernels_runs_with_hub_kernels_switched_off(tmp_path: Path) -> None:
+    env = envs.ReleaseEnv("5.25.0", tmp_path, (), 0.0, ("kernels<0.20,>=0.19.1",))
+    assert env.switches() == {"USE_HUB_KERNELS": "0"}
+    assert env.shell_prefix("/repo") == f"USE_HUB_KERNELS=0 PYTHONPATH={tmp_path}{os.pathsep}/repo"
+    assert envs.ReleaseEnv("5.24.0", tmp_path, (), 0.0).shell_prefix() == f"PYTHONPATH={tmp_path}"
+
+
 def test_a_missing_required_requirement_still_fails_the_environment(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(envs, "_pip", fake_pip({"kernels"}, []))

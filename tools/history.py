@@ -108,11 +108,11 @@ def command_bisect(args: argparse.Namespace) -> int:
     env = ensure_release(bad)
     if args.check not in REPRO_CHECKS:
         print(f"repro: tools/repro.py writes scripts for {', '.join(REPRO_CHECKS)}, not {args.check}; rerun the cell: "
-              f"PYTHONPATH={env.pythonpath(ROOT)} python -m pytest suites -k '[{args.cell}]'")
+              f"{env.shell_prefix(ROOT)} python -m pytest suites -k '[{args.cell}]'")
         return 0
     script = args.out / f"repro-{model}-{args.check}-{bad}.py"
-    print(f"repro for the bad release {bad}:\n  PYTHONPATH={env.pythonpath(ROOT)} python tools/repro.py '{args.cell}' "
-          f"--check {args.check} -o {script}\n  PYTHONPATH={env.path} python {script}   # exits 1 while the bug is there")
+    print(f"repro for the bad release {bad}:\n  {env.shell_prefix(ROOT)} python tools/repro.py '{args.cell}' "
+          f"--check {args.check} -o {script}\n  {env.shell_prefix()} python {script}   # exits 1 while the bug is there")
     return 0
 
 

@@ -23,6 +23,7 @@ import torch
 from kvconform.build.geometry import cache_geometry
 from kvconform.build.model_types import model_class
 from kvconform.build.models import Model
+from kvconform.compat import feed_cache_position
 from kvconform.matrix import INT_QUANTIZED, QUANTIZED, ModelSpec, missing_backend
 
 #: A cache length for trial construction (the layers are allocated lazily).
@@ -155,6 +156,7 @@ def attention_model(master: Model, attn: str) -> tuple[Model, bool]:
     rebuilt = AutoModelForCausalLM.from_config(copy.deepcopy(master.config), attn_implementation=attn, dtype=dtype)
     rebuilt.load_state_dict(master.state_dict())
     rebuilt.to(next(master.parameters()).device)
+    feed_cache_position(rebuilt)  # as model_in_dtype does (5.0-5.3's mamba forwards need it)
     if rebuilt.config._attn_implementation != attn:
         raise RuntimeError(f"{type(master).__name__}: built with attn_implementation={attn!r}, runs {rebuilt.config._attn_implementation!r}")
     return rebuilt.eval(), True

@@ -26,10 +26,12 @@ from kvconform.cache_root import cache_dir
 MARKER = "kvconform-release.json"
 #: Never installed into a release folder: the interpreter's own build is the one every release runs on.
 SHARED = ("torch",)
-#: Declared requirements that transformers only uses when an ``is_X_available()`` check passes (5.25's ``kernels``:
-#: kernels fetched from the Hub at run time, which kvconform never asks for). Where the index has no version that
-#: satisfies one, the release is installed without it and its marker says so.
-OPTIONAL_AT_RUNTIME = ("kernels",)
+#: Declared requirements a release can run without once their feature is switched off, with the switch. 5.25 declares
+#: ``kernels>=0.19.1`` for Hub kernels (downloaded at load time; this index has 0.17.2 and the Hub is not reachable),
+#: and its ``from_pretrained`` defaults to ``use_kernels=True`` unless ``USE_HUB_KERNELS`` disables them
+#: (modeling_utils.py:4415-4423, integrations/hub_kernels.py:65-66 in 5.25.0). Where the index has no version that
+#: satisfies one, the release is installed without it, its marker says so, and its runs set the switch.
+OPTIONAL_AT_RUNTIME: dict[str, dict[str, str]] = {"kernels": {"USE_HUB_KERNELS": "0"}}
 
 
 class EnvironmentError_(RuntimeError):
@@ -47,11 +49,22 @@ class ReleaseEnv:
     seconds: float
     """How long its creation took (0 when it was already there)."""
     without: tuple[str, ...] = ()
-    """Declared requirements left out: optional at run time (:data:`OPTIONAL_AT_RUNTIME`) and not on the index."""
+    """Declared requirements left out: not on the index, their feature switched off (:data:`OPTIONAL_AT_RUNTIME`)."""
+
+    def switches(self) -> dict[str, str]:
+        """Environment variables that switch off the features of the requirements it was made without."""
+        out: dict[str, str] = {}
+        for requirement in self.without:
+            out.update(OPTIONAL_AT_RUNTIME.get(Requirement(requirement).name.lower(), {}))
+        return out
 
     def pythonpath(self, *rest: str | os.PathLike[str]) -> str:
         """``PYTHONPATH`` that imports this release first, then ``rest``."""
         return os.pathsep.join([str(self.path), *(str(p) for p in rest)])
+
+    def shell_prefix(self, *rest: str | os.PathLike[str]) -> str:
+        """The variables a shell command sets to run under this release: its switches and :meth:`pythonpath`."""
+        return " ".join([*(f"{key}={value}" for key, value in self.switches().items()), f"PYTHONPATH={self.pythonpath(*rest)}"])
 
 
 def releases_dir() -> Path:

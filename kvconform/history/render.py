@@ -83,7 +83,7 @@ def _requirements(run: Doc) -> str:
     """The requirements a release's environment added, and those it was made without."""
     added = ", ".join(run.get("added", [])) or "—"
     without = run.get("without") or []
-    return added + (f"; without {', '.join(without)} (optional at run time, not on the index)" if without else "")
+    return added + (f"; without {', '.join(without)} (not on the index; its feature switched off)" if without else "")
 
 
 _CSS = """body{font:14px system-ui,sans-serif;margin:1.5em}table{border-collapse:collapse;margin:.6em 0}

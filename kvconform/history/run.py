@@ -42,7 +42,8 @@ def run_release(env: ReleaseEnv, root: Path, out_dir: Path, pytest_args: Sequenc
     out_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pytest", str(root / "suites"), "-q", "--tb=line", "-p", "no:randomly",
                "--report-dir", str(out_dir), *pytest_args]
-    environ = {**os.environ, "PYTHONPATH": env.pythonpath(root), "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1")}
+    environ = {**os.environ, "PYTHONPATH": env.pythonpath(root), "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+               **env.switches()}
     start = time.monotonic()
     try:
         done = subprocess.run(command, cwd=root, env=environ, capture_output=True, text=True, timeout=timeout_s, check=False)

@@ -53,7 +53,10 @@ def generation_cache(model: Model, input_ids: torch.Tensor | None) -> Any:
                                                        **generation_positions(model, 0, input_ids.shape[1]))
     except (TypeError, ValueError, AttributeError):  # input preparation that needs generate()'s own state
         return None
-    return next((prepared[k] for k in CACHE_KEYWORDS if prepared.get(k) is not None), None)
+    cache = next((prepared[k] for k in CACHE_KEYWORDS if prepared.get(k) is not None), None)
+    # 5.0's MambaCache has no get_seq_length: generate() fed it with the prefill positions of its own input preparation
+    # (arange(conv_kernel), modeling_mamba.py:757-762 in 5.0.0), which the forward makes the same way when it builds the cache
+    return cache if hasattr(cache, "get_seq_length") else None
 
 
 def forward_keeping_cache(model: Model, keyword: str, cache: Any, **inputs: Any) -> tuple[Any, Any]:

@@ -56,7 +56,7 @@ def run_crop(forwards: Forwards, plan: Any, reference: torch.Tensor, sequence: t
     prompt_length, total = plan.prompt_length, sequence.shape[1]
     k = min(CROP_TOKENS, total - prompt_length)
     cache = _fresh_cache(forwards, plan.cache, total)
-    record_past(cache)  # as assisted decoding does (5.15+), so conv states can be rolled back too
+    record_past(cache, k)  # as assisted decoding does (5.15+), so conv and recurrent states can be rolled back too
     cache, _ = forwards.cached(sequence[:, : prompt_length + k], cache, keep=1)
     if not getattr(cache, "is_croppable", False):
         layers = sorted({type(layer).__name__ for layer in getattr(cache, "layers", []) if not getattr(layer, "is_croppable", False)})
