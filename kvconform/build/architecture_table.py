@@ -26,3 +26,8 @@ def load_architecture_table() -> tuple[dict[str, dict[str, Any]], dict[str, str]
 def cache_layout_facts() -> dict[str, dict[str, Any]]:
     """model_type -> cache-layout facts its modeling code hard-codes rather than states in the config."""
     return dict(architecture_table().get("cache_layout") or {})
+
+
+def default_sub_configs() -> dict[str, dict[str, dict[str, Any]]]:
+    """model_type -> the sub-configs a composite config's class required up to 5.9 (name -> model_type or class)."""
+    return copy.deepcopy(architecture_table().get("default_sub_configs") or {})

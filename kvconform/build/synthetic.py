@@ -19,7 +19,7 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_CAUSAL_LM_MAPPING,
 )
 
-from kvconform.build.architecture_table import architecture_table, load_architecture_table
+from kvconform.build.architecture_table import architecture_table, default_sub_configs, load_architecture_table
 from kvconform.build.model_types import causal_lm_model_types
 from kvconform.compat import cpu_kernel_overrides
 
@@ -266,19 +266,38 @@ def merge_overrides(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str,
     return base
 
 
-def _default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConfig:
-    """The default config, or with the table's fixes where the bare default fails validation."""
+def _sub_config(spec: Mapping[str, Any]) -> dict[str, Any]:
+    import transformers
+
+    if "class" in spec:
+        return dict(getattr(transformers, spec["class"])().to_dict())
+    return dict(AutoConfig.for_model(spec["model_type"], **dict(spec.get("init") or {})).to_dict())
+
+
+def default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConfig:
+    """The default config; a composite whose class requires its sub-configs (up to 5.9) gets the defaults later releases
+    declare (``architectures.yaml`` ``default_sub_configs``); with the table's ``fixes`` where the bare default fails
+    validation."""
     try:
         return AutoConfig.for_model(model_type)
-    except (ValueError, StrictDataclassError):
-        return AutoConfig.for_model(model_type, **copy.deepcopy(dict(fixes)))
+    except (ValueError, StrictDataclassError, TypeError) as exc:
+        subs = default_sub_configs().get(model_type)
+        if subs is None and isinstance(exc, TypeError):
+            raise
+        values = {name: _sub_config(spec) for name, spec in (subs or {}).items()}
+        if subs:
+            try:
+                return AutoConfig.for_model(model_type, **values)
+            except (ValueError, StrictDataclassError):
+                pass
+        return AutoConfig.for_model(model_type, **values, **copy.deepcopy(dict(fixes)))
 
 
 def shrink_config(model_type: str, overrides: Mapping[str, Any] | None = None) -> PreTrainedConfig:
     """The default config of ``model_type`` shrunk, then the table's and the caller's overrides."""
     _check_model_type(model_type)
     fixes = load_architecture_table()[0].get(model_type, {})
-    values = shrink_values(_default_config(model_type, fixes).to_dict())
+    values = shrink_values(default_config(model_type, fixes).to_dict())
     merge_overrides(values, fixes)
     merge_overrides(values, overrides or {})
     return AutoConfig.for_model(model_type, **values)

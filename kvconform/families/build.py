@@ -15,10 +15,9 @@ from functools import cache
 from typing import Any
 
 import torch
-from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
-from kvconform.build.synthetic import SIZES, break_zero_init, merge_overrides, shrink_values
+from kvconform.build.synthetic import SIZES, break_zero_init, default_config, merge_overrides, shrink_values
 from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families.registry import (
     audio_language_names,
@@ -153,17 +152,10 @@ def _code_names(values: dict[str, Any]) -> None:
         mapping["IMGIMG" + "".join(letters[c] for c in str(code)) + "Z"] = FIRST_CODE_ID + code
 
 
-def _default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConfig:
-    try:
-        return AutoConfig.for_model(model_type)
-    except (ValueError, StrictDataclassError):
-        return AutoConfig.for_model(model_type, **copy.deepcopy(dict(fixes)))
-
-
 def _shrunk_values(model_type: str, family: str) -> dict[str, Any]:
     """The fields of ``model_type``'s default config that the family shrink and ``families.yaml``'s overrides change."""
     fixes = family_overrides(model_type)
-    default = _default_config(model_type, fixes)
+    default = default_config(model_type, fixes)
     full = default.to_dict()
     merged = copy.deepcopy({**full, **shrink_values(full)})  # shrink_values returns sub-configs whole
     _shrink_towers(merged)

@@ -129,13 +129,14 @@ def _is_encoder_decoder(model_type: str) -> bool | None:
 
 
 def _default_config_is_encoder_decoder(model_type: str) -> bool | None:
-    from transformers import AutoConfig
     from transformers.utils import logging
 
     verbosity = logging.get_verbosity()
     logging.set_verbosity_error()
     try:
-        return bool(getattr(AutoConfig.for_model(model_type), "is_encoder_decoder", False))
+        from kvconform.build.synthetic import default_config
+
+        return bool(getattr(default_config(model_type, {}), "is_encoder_decoder", False))
     except Exception:  # noqa: BLE001 - a default config that does not build is reported by the cell itself
         return None
     finally:
