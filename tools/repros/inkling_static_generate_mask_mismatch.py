@@ -22,7 +22,7 @@ import torch
 import transformers
 from transformers import AutoConfig, masking_utils
 
-TRANSFORMERS = ">=5.23"  # inkling2_text is a model type from 5.23 on
+TRANSFORMERS = ">=5.23,<5.25"  # inkling2_text is a model type from 5.23 on; 5.25.0 builds the masks right (exits 0)
 
 SEED, BATCH, PROMPT, STEPS, ATTN = 0, 2, 6, 8, "eager"
 ZERO_INIT_STD = 0.15
