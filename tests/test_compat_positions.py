@@ -70,3 +70,44 @@ def test_generation_positions_only_where_the_forward_takes_them() -> None:
 
     assert generation_positions(_Recurrent(), 7, 2)["cache_position"].tolist() == [7, 8]
     assert generation_positions(_Attention(), 7, 2) == {}
+
+
+class _Stateful(_Recurrent):
+    """A model generate() builds no cache for: its input preparation makes one (``made``)."""
+
+    made: Any = None
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        return False
+
+    def prepare_inputs_for_generation(self, input_ids: torch.Tensor, **kwargs: Any) -> dict[str, Any]:
+        return {"input_ids": input_ids, "cache_params": self.made}
+
+
+def test_generation_cache_leaves_a_cache_without_a_count_to_the_forward() -> None:
+    from kvconform.probe.cache_io import generation_cache
+
+    model, ids = _Stateful(), torch.zeros(1, 3, dtype=torch.long)
+    model.made = _StateCache()  # 5.0's MambaCache: generate() fed it arange(conv_kernel), which the forward makes itself
+    assert generation_cache(model, ids) is None
+    model.made = SimpleNamespace(get_seq_length=lambda: 0)  # 5.0-5.4's hybrid caches: the forward needs this one
+    assert generation_cache(model, ids) is model.made
+
+
+def test_record_past_passes_the_crop_count_where_the_release_takes_it() -> None:
+    from kvconform.compat import record_past
+
+    calls: list[dict[str, Any]] = []
+
+    class Keyword:  # 5.25's Cache: forwards **kwargs to its layers
+        def activate_past_recording(self, **kwargs: Any) -> None:
+            calls.append(kwargs)
+
+    class Bare:  # 5.15-5.24
+        def activate_past_recording(self) -> None:
+            calls.append({})
+
+    assert record_past(Keyword(), 3) and record_past(Bare(), 3)
+    assert calls == [{"recurrent_states_to_keep": 3}, {}]
+    assert not record_past(object(), 3)  # before 5.15: no recording

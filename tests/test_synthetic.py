@@ -89,3 +89,25 @@ def test_build_is_deterministic_for_a_seed() -> None:
 def test_build_from_sub_config() -> None:
     model = build_synthetic(shrink_config("musicgen"), seed=0)
     assert type(model).__name__ == "MusicgenForCausalLM"
+
+
+def test_a_composite_config_that_requires_its_sub_configs_gets_the_declared_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Up to 5.9 MusicgenConfig() raises TypeError without text_encoder/audio_encoder/decoder; the shrink then passes
+    the defaults later releases declare (architectures.yaml default_sub_configs)."""
+    from transformers import AutoConfig
+
+    from kvconform.build import synthetic
+
+    real = AutoConfig.for_model
+
+    def old_release(model_type: str, **kwargs: object) -> object:
+        if model_type in ("musicgen", "llama") and not kwargs:
+            raise TypeError(f"{model_type}: __init__() missing 3 required positional arguments")
+        return real(model_type, **kwargs)
+
+    monkeypatch.setattr(synthetic.AutoConfig, "for_model", staticmethod(old_release))
+    config = synthetic.default_config("musicgen", {})
+    assert (config.text_encoder.model_type, config.audio_encoder.model_type) == ("t5", "encodec")
+    assert type(config.decoder).__name__ == "MusicgenDecoderConfig"
+    with pytest.raises(TypeError, match="llama"):  # a type the table names no defaults for keeps its error
+        synthetic.default_config("llama", {})
