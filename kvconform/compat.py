@@ -64,7 +64,7 @@ def record_past(cache: Any, tokens: int) -> bool:
     """Start recording the past as assisted decoding does where the release has it (``activate_past_recording``,
     5.15+, so conv and recurrent states can be cropped); before it, assisted decoding crops without recording.
     From 5.25 linear-attention layers keep the recurrent states of the last ``recurrent_states_to_keep`` tokens, which
-    generate() sets to the most it may crop (``num_assistant_tokens``, generation/utils.py:2338-2340 in 5.25.0): here
+    assisted decoding sets to the most it may crop (the drafts per burst, generation/utils.py:4002 in 5.25.0): here
     ``tokens``. Returns whether recording started."""
     start = getattr(cache, "activate_past_recording", None)
     if start is None:

@@ -267,30 +267,30 @@ def merge_overrides(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str,
 
 
 def _sub_config(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A default sub-config as a dict: a config class by name, or a model_type with its init kwargs."""
     import transformers
 
     if "class" in spec:
-        return dict(getattr(transformers, spec["class"])().to_dict())
-    return dict(AutoConfig.for_model(spec["model_type"], **dict(spec.get("init") or {})).to_dict())
+        return getattr(transformers, spec["class"])().to_dict()
+    return AutoConfig.for_model(spec["model_type"], **dict(spec.get("init") or {})).to_dict()
 
 
 def default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConfig:
     """The default config; a composite whose class requires its sub-configs (up to 5.9) gets the defaults later releases
-    declare (``architectures.yaml`` ``default_sub_configs``); with the table's ``fixes`` where the bare default fails
-    validation."""
+    declare (``architectures.yaml`` ``default_sub_configs``); with the table's ``fixes`` where that fails validation."""
     try:
         return AutoConfig.for_model(model_type)
     except (ValueError, StrictDataclassError, TypeError) as exc:
         subs = default_sub_configs().get(model_type)
         if subs is None and isinstance(exc, TypeError):
             raise
-        values = {name: _sub_config(spec) for name, spec in (subs or {}).items()}
-        if subs:
-            try:
-                return AutoConfig.for_model(model_type, **values)
-            except (ValueError, StrictDataclassError):
-                pass
-        return AutoConfig.for_model(model_type, **values, **copy.deepcopy(dict(fixes)))
+    values = {name: _sub_config(spec) for name, spec in (subs or {}).items()}
+    if values:
+        try:
+            return AutoConfig.for_model(model_type, **values)
+        except (ValueError, StrictDataclassError):
+            pass
+    return AutoConfig.for_model(model_type, **values, **copy.deepcopy(dict(fixes)))
 
 
 def shrink_config(model_type: str, overrides: Mapping[str, Any] | None = None) -> PreTrainedConfig:
