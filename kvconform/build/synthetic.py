@@ -276,14 +276,15 @@ def _sub_config(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def default_config(model_type: str, fixes: Mapping[str, Any]) -> PreTrainedConfig:
-    """The default config; a composite whose class requires its sub-configs (up to 5.9) gets the defaults later releases
+    """The default config; a composite whose class requires its sub-configs (up to 5.9) or builds a broken default of
+    one (5.0's phi4_multimodal, 5.0-5.3's pix2struct) is given, as a checkpoint gives it, the defaults later releases
     declare (``architectures.yaml`` ``default_sub_configs``); with the table's ``fixes`` where that fails validation."""
-    try:
-        return AutoConfig.for_model(model_type)
-    except (ValueError, StrictDataclassError, TypeError) as exc:
-        subs = default_sub_configs().get(model_type)
-        if subs is None and isinstance(exc, TypeError):
-            raise
+    subs = default_sub_configs().get(model_type)
+    if subs is None:
+        try:
+            return AutoConfig.for_model(model_type)
+        except (ValueError, StrictDataclassError):
+            pass
     values = {name: _sub_config(spec) for name, spec in (subs or {}).items()}
     if values:
         try:
@@ -297,20 +298,44 @@ def shrink_config(model_type: str, overrides: Mapping[str, Any] | None = None) -
     """The default config of ``model_type`` shrunk, then the table's and the caller's overrides."""
     _check_model_type(model_type)
     fixes = load_architecture_table()[0].get(model_type, {})
-    values = shrink_values(default_config(model_type, fixes).to_dict())
+    default = default_config(model_type, fixes)
+    values = shrink_values(default.to_dict())
     merge_overrides(values, fixes)
     merge_overrides(values, overrides or {})
-    return AutoConfig.for_model(model_type, **values)
+    return AutoConfig.for_model(model_type, **_sub_configs_as_saved(default, values))
+
+
+def _sub_configs_as_saved(default: PreTrainedConfig, values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` without the generic ``PreTrainedConfig`` fields that sub-config dicts hold at their defaults, as a
+    saved ``config.json`` omits them (``to_diff_dict``): up to 5.19 ``DbrxFFNConfig`` rejects the generic fields
+    (``return_dict``, ``id2label``, ...) its own ``to_dict`` writes (configuration_dbrx.py, ``Found unknown kwargs``)."""
+    generic = set(PreTrainedConfig().to_dict()) - {"model_type"}
+    for key in default.sub_configs:
+        sub = getattr(default, key, None)
+        if not isinstance(sub, PreTrainedConfig) or not isinstance(values.get(key), dict):
+            continue
+        try:
+            class_defaults = type(sub)().to_dict()
+        except Exception:  # a sub-config class without defaults keeps its whole dict  # noqa: BLE001
+            continue
+        values[key] = {
+            name: value for name, value in values[key].items()
+            if name not in generic or name not in class_defaults or class_defaults[name] != value
+        }
+    return values
 
 
 def build_synthetic(config: PreTrainedConfig, seed: int) -> PreTrainedModel:
     """A float32 eval-mode causal LM with random weights drawn from ``seed``."""
     torch.manual_seed(seed)
+    model_class: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # a model class (the mapping is typed loosely)
     sub_config = (architecture_table().get("build_from_sub_config") or {}).get(config.model_type)
+    text_config_class = config.sub_configs.get("text_config")
+    if sub_config is None and text_config_class is not None and getattr(model_class, "config_class", None) is text_config_class:
+        sub_config = "text_config"  # the swap from_pretrained makes in every release (from_config only from 5.8)
     if sub_config is None:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     else:
-        model_class: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # a model class (the mapping is typed loosely)
         model = model_class._from_config(getattr(config, sub_config), dtype=torch.float32)
     break_zero_init(model, seed)
     return model.float().eval()

@@ -60,6 +60,10 @@ def _unequal_halves(values: dict[str, Any]) -> None:
     layers, decoder_layers = T5_ENCODER_LAYERS
     if _is_positive(values.get(layers)) and _is_positive(values.get(decoder_layers)):
         values[layers] = ENCODER_SIZES["encoder_layers"]
+    if _is_positive(values.get("num_hidden_layers")) and values.get("encoder_layers") == ENCODER_SIZES["encoder_layers"]:
+        # A field of its own up to 5.3 (an alias of encoder_layers later), equal to encoder_layers in published configs:
+        # LED sizes its encoder's attention_window list by it (configuration_led.py:150 in 5.0.0).
+        values["num_hidden_layers"] = ENCODER_SIZES["encoder_layers"]
 
 
 #: Multimodal rotary sections the modeling code uses when the config gives none (Qwen2-VL: 16, 24, 24 of 64).
