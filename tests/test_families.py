@@ -99,6 +99,16 @@ def test_an_encoder_shrunk_unlike_its_decoder_leaves_the_cache_geometry_to_the_d
     assert (t5.num_layers, t5.num_decoder_layers) == (3, 2)
 
 
+def test_a_layer_count_field_of_its_own_follows_the_shrunk_encoder():
+    """Up to 5.3 LEDConfig keeps num_hidden_layers as a field of its own, equal to encoder_layers in published configs,
+    and sizes the encoder's attention_window list by it (IndexError at the third encoder layer otherwise)."""
+    from kvconform.families.build import _unequal_halves
+
+    values = {"encoder_layers": 2, "decoder_layers": 2, "num_hidden_layers": 2}
+    _unequal_halves(values)
+    assert values == {"encoder_layers": 3, "decoder_layers": 2, "num_hidden_layers": 3}
+
+
 def test_t5_head_size_is_d_kv(family_model):
     probe, results = probe_and_check(family_model("t5"), SEQ2SEQ)
     assert "head_dim=16 from d_kv" in results["shapes"].message

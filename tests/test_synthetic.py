@@ -111,3 +111,38 @@ def test_a_composite_config_that_requires_its_sub_configs_gets_the_declared_defa
     assert type(config.decoder).__name__ == "MusicgenDecoderConfig"
     with pytest.raises(TypeError, match="llama"):  # a type the table names no defaults for keeps its error
         synthetic.default_config("llama", {})
+
+
+def test_a_declared_sub_config_replaces_a_broken_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """5.0-5.3's Pix2StructConfig and 5.8-5.19's Granite4VisionConfig build a broken default of a sub-config without
+    raising; a declared default is given as a checkpoint gives it, whether or not the bare default builds."""
+    from kvconform.build import synthetic
+
+    monkeypatch.setattr(synthetic, "default_sub_configs", lambda: {"llava": {"text_config": {"model_type": "mistral"}}})
+    assert synthetic.default_config("llava", {}).text_config.model_type == "mistral"  # the bare default is llama's
+
+
+def test_a_causal_class_of_the_text_config_is_built_from_it_as_from_pretrained_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before 5.8 AutoModelForCausalLM.from_config hands Emu3ForCausalLM the composite Emu3Config (AttributeError on
+    pad_token_id); from_pretrained swaps in the text config in every release, and the build does the same."""
+    from kvconform.build import synthetic
+
+    def without_the_swap(config: object, **kwargs: object) -> object:
+        raise AttributeError(f"'{type(config).__name__}' object has no attribute 'pad_token_id'")
+
+    monkeypatch.setattr(synthetic.AutoModelForCausalLM, "from_config", without_the_swap)
+    model = build_synthetic(shrink_config("emu3"), seed=0)
+    assert (type(model).__name__, type(model.config).__name__) == ("Emu3ForCausalLM", "Emu3TextConfig")
+
+
+def test_sub_config_dicts_leave_out_generic_defaults_as_a_saved_config_does() -> None:
+    """5.0-5.19's DbrxFFNConfig raises "Found unknown kwargs" for the generic fields its own to_dict writes."""
+    from kvconform.build import synthetic
+
+    default = synthetic.default_config("dbrx", {})
+    values = synthetic.shrink_values(default.to_dict())
+    assert "return_dict" in values["ffn_config"]
+    kept = synthetic._sub_configs_as_saved(default, values)["ffn_config"]
+    assert not {"return_dict", "id2label", "output_hidden_states"} & set(kept)
+    assert kept["ffn_hidden_size"] == values["ffn_config"]["ffn_hidden_size"] != 3584  # the shrink's size, not the default
+    assert shrink_config("dbrx").ffn_config.ffn_hidden_size == kept["ffn_hidden_size"]
