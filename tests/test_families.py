@@ -18,7 +18,8 @@ from tests.family_faults import planted
 MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE,
           "blip-2": VISION_LANGUAGE, "blip": VISION_LANGUAGE, "idefics": VISION_LANGUAGE, "instructblipvideo": VISION_LANGUAGE, "kosmos-2.5": VISION_LANGUAGE,
           "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
-          "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE}
+          "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
+          "vibevoice_asr": AUDIO_LANGUAGE}
 
 
 @pytest.fixture(scope="session")
@@ -277,6 +278,27 @@ def test_language_model_positions_that_restart_after_the_image_are_caught_and_lo
     prompt = probe.record.plan.prompt_length
     assert f"layer 0, position {prompt}" in results["parity"].message, results["parity"].message
     assert results["growth"].passed and results["shapes"].passed
+
+
+def test_a_types_forward_defaults_make_its_passes_deterministic(family_model):
+    """VibeVoice-ASR samples noise into its acoustic latents on every forward unless sample=False (families.yaml
+    forward_defaults): with the default its cells' passes agree and every check passes; the caller's value still wins."""
+    from kvconform.families.audio import audio_inputs
+    from kvconform.families.registry import forward_defaults
+
+    model = family_model("vibevoice_asr")
+    assert forward_defaults("vibevoice_asr") == {"sample": False}
+    media = audio_inputs(model, batch=1, seed=0)
+    ids = torch.full((1, media.tokens_per_row + 2), 5)
+    ids[0, 1:1 + media.tokens_per_row] = media.token_id
+    inputs = media.for_sequence(model, ids)
+    with torch.no_grad():
+        first, second = (model(input_ids=ids, **inputs).logits for _ in range(2))
+        sampled = [model(input_ids=ids, **inputs, sample=True).logits for _ in range(2)]
+    assert torch.equal(first, second)
+    assert not torch.equal(*sampled), "sample=True draws noise: without the default two passes differ"
+    _, results = probe_and_check(model, AUDIO_LANGUAGE)
+    assert all(result.passed for result in results.values()), {n: r.message for n, r in results.items() if not r.passed}
 
 
 def test_audio_features_come_from_the_models_own_feature_extractor(family_model):

@@ -67,6 +67,10 @@ def model_in_dtype(master: Model, dtype: str, device: str) -> Model:
     else:
         reload = _RELOADERS.get(master) or _reload_from_saved(master)
         model = reload(getattr(torch, dtype)).eval().to(device)
+        if getattr(master, "_kvconform_forward_defaults", False):  # a family type's forward keywords (families.yaml)
+            from kvconform.families.build import keep_forward_defaults
+
+            keep_forward_defaults(model)
     feed_cache_position(model)
     return model
 

@@ -23,6 +23,7 @@ from kvconform.families.registry import (
     audio_language_names,
     family_model_types,
     family_overrides,
+    forward_defaults,
     image_encoder_decoder_types,
     published_as,
     text_to_audio_names,
@@ -230,4 +231,18 @@ def build_family(config: PreTrainedConfig, family: str, seed: int) -> PreTrained
     torch.manual_seed(seed)
     model = auto_class(family, config.model_type).from_config(config, dtype=torch.float32)
     break_zero_init(model, seed)
+    keep_forward_defaults(model)
     return model.float().eval()
+
+
+def keep_forward_defaults(model: PreTrainedModel) -> None:
+    """Give every forward of ``model`` its type's ``forward_defaults`` (a pre-hook; a keyword the caller passes wins)."""
+    defaults = forward_defaults(model.config.model_type)
+    if not defaults or getattr(model, "_kvconform_forward_defaults", False):
+        return
+
+    def before(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return args, {**defaults, **kwargs}
+
+    model.register_forward_pre_hook(before, with_kwargs=True)
+    model._kvconform_forward_defaults = True

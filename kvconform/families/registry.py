@@ -61,6 +61,11 @@ def decoder_prompt(model_type: str) -> dict[str, str]:
     return dict((family_table().get("decoder_prompt") or {}).get(model_type) or {})
 
 
+def forward_defaults(model_type: str) -> dict[str, Any]:
+    """Forward keywords every call of a type's cells carries (``forward_defaults`` in families.yaml), else {}."""
+    return dict((family_table().get("forward_defaults") or {}).get(model_type) or {})
+
+
 def _mapping(family: str) -> Mapping[str, str]:
     if family == AUDIO_LANGUAGE:
         return audio_language_names()
