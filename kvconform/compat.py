@@ -143,25 +143,37 @@ def layer_mask_sizes(layer: Any, query_length: int) -> tuple[int, int]:
 
 def image_processor_backends(model_type: str) -> dict[str, str] | None:
     """The image processor class names per backend (``pil``, ``torchvision``) transformers maps for ``model_type``;
-    None where the release maps none, or has no per-backend mapping (``auto_mappings``, newer releases)."""
+    None where the release maps none. The table is ``auto_mappings``'s from 5.6, ``image_processing_auto``'s before;
+    up to 5.3 an entry is a (slow, fast) pair: the slow class is the PIL/numpy one, the fast one needs torchvision."""
+    # image_processing_auto adds the types it maps by hand (MISSING_IMAGE_PROCESSOR_MAPPING_NAMES: Inkling, PaliGemma,
+    # the Qwen-VL family, ...) to the auto_mappings table when it is first imported; before that they read as unmapped.
+    from transformers.models.auto import image_processing_auto
+
     try:
         from transformers.models.auto.auto_mappings import IMAGE_PROCESSOR_MAPPING_NAMES
     except ImportError:
-        return None
-    # image_processing_auto adds the types it maps by hand (MISSING_IMAGE_PROCESSOR_MAPPING_NAMES: Inkling, PaliGemma,
-    # the Qwen-VL family, ...) to this same table when it is first imported; before that they read as unmapped.
-    import transformers.models.auto.image_processing_auto  # noqa: F401
-
-    return IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type) or None
+        IMAGE_PROCESSOR_MAPPING_NAMES = image_processing_auto.IMAGE_PROCESSOR_MAPPING_NAMES
+    return _backends(IMAGE_PROCESSOR_MAPPING_NAMES.get(model_type))
 
 
 def video_processor_backends(model_type: str) -> dict[str, str] | None:
-    """The video processor class names per backend transformers maps for ``model_type`` (as ``image_processor_backends``)."""
+    """The video processor class names per backend transformers maps for ``model_type`` (as ``image_processor_backends``;
+    before 5.6 an entry is one class name, a torchvision processor)."""
     try:
         from transformers.models.auto.auto_mappings import VIDEO_PROCESSOR_MAPPING_NAMES
     except ImportError:
-        return None
-    return VIDEO_PROCESSOR_MAPPING_NAMES.get(model_type) or None
+        from transformers.models.auto.video_processing_auto import VIDEO_PROCESSOR_MAPPING_NAMES
+    return _backends(VIDEO_PROCESSOR_MAPPING_NAMES.get(model_type), single="torchvision")
+
+
+def _backends(entry: Any, single: str = "pil") -> dict[str, str] | None:
+    """A mapping entry as backend -> class name: a dict as it is, a (slow, fast) pair as pil / torchvision, one name as
+    ``single``'s."""
+    if isinstance(entry, (tuple, list)):
+        entry = {"pil": entry[0], "torchvision": entry[1] if len(entry) > 1 else None}
+    elif isinstance(entry, str):
+        entry = {single: entry}
+    return dict(entry) if entry else None
 
 
 def generation_positions(model: Any, start: int, length: int) -> dict[str, Any]:

@@ -255,7 +255,12 @@ def count_features(model: Model, tensors: dict[str, torch.Tensor], getter_name: 
     """How many feature vectors the tower makes of ``tensors`` in all (one image, video or audio token each); the
     getter is the image one unless named (or the video one of a tower that reads only videos)."""
     getter_name = getter_name or ("get_video_features" if video_only(model) else "get_image_features")
-    getter = getattr(model, getter_name, None) or getattr(model.model, getter_name)
+    getter = getattr(model, getter_name, None) or getattr(getattr(model, "model", None), getter_name, None)
+    queries = getattr(model.config, "latent_query_num", None)
+    if getter is None and queries is not None:  # Kosmos-2(.5) before its getter: latent_query_num queries an image
+        return int(queries) * len(next(iter(tensors.values())))
+    if getter is None:
+        raise ValueError(f"{type(model).__name__} has no {getter_name} to count the tower's features with")
     names = _named(getter)
     inner = getattr(getattr(model, "model", None), getter_name, None)
     if inner is not None and "kwargs" in inspect.signature(getter).parameters:

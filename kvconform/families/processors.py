@@ -41,6 +41,9 @@ def image_processor_class(model_type: str) -> type:
     if name is None and backends.get("torchvision"):
         return _torchvision_class(backends["torchvision"])
     cls = get_image_processor_class_from_name(name) if name else None
+    if (cls is None or getattr(cls, "is_dummy", False)) and backends.get("torchvision"):
+        # 5.4-5.5 import some PIL classes only where torchvision does (a dummy placeholder here): the torchvision one
+        return _torchvision_class(backends["torchvision"])
     if cls is None or getattr(cls, "is_dummy", False):
         raise NoImageProcessor(f"{name} cannot be imported (pillow missing?)")
     return cls

@@ -150,10 +150,13 @@ def torchvision_importable() -> bool:
 def torchvision_stand_in() -> Iterator[None]:
     """While open: ``torchvision.transforms.v2.functional`` importable as the kernels above, and transformers'
     torchvision backend using them. Restores everything it changed on exit; a no-op where torchvision imports."""
-    if torchvision_importable():
+    try:
+        from transformers import image_processing_backends as backends
+    except ImportError:  # before 5.4: no backend module, and the slow (PIL/numpy) processors need no torchvision
+        backends = None
+    if backends is None or torchvision_importable():
         yield
         return
-    from transformers import image_processing_backends as backends
     from transformers.image_utils import PILImageResampling
 
     functional = _functional()
