@@ -316,7 +316,7 @@ def _sub_configs_as_saved(default: PreTrainedConfig, values: dict[str, Any]) -> 
             continue
         try:
             class_defaults = type(sub)().to_dict()
-        except Exception:  # a sub-config class without defaults keeps its whole dict  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a sub-config class without defaults keeps its whole dict
             continue
         values[key] = {
             name: value for name, value in values[key].items()
