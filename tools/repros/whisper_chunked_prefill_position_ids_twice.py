@@ -11,6 +11,8 @@ import sys
 import torch
 from transformers import GenerationConfig, WhisperConfig, WhisperForConditionalGeneration
 
+TRANSFORMERS = ">=5.4"  # the releases this bug is in (5.1-5.3 run it; tests/test_repros.py skips it elsewhere)
+
 torch.manual_seed(0)
 config = WhisperConfig(
     vocab_size=256, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
