@@ -330,8 +330,7 @@ def build_synthetic(config: PreTrainedConfig, seed: int) -> PreTrainedModel:
     torch.manual_seed(seed)
     model_class: Any = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # a model class (the mapping is typed loosely)
     sub_config = (architecture_table().get("build_from_sub_config") or {}).get(config.model_type)
-    text_config_class = config.sub_configs.get("text_config")
-    if sub_config is None and text_config_class is not None and getattr(model_class, "config_class", None) is text_config_class:
+    if sub_config is None and _same_class(getattr(model_class, "config_class", None), config.sub_configs.get("text_config")):
         sub_config = "text_config"  # the swap from_pretrained makes in every release (from_config only from 5.8)
     if sub_config is None:
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -339,6 +338,11 @@ def build_synthetic(config: PreTrainedConfig, seed: int) -> PreTrainedModel:
         model = model_class._from_config(getattr(config, sub_config), dtype=torch.float32)
     break_zero_init(model, seed)
     return model.float().eval()
+
+
+def _same_class(a: Any, b: Any) -> bool:
+    """Both classes, and the same one by module and name (a test that re-imports transformers leaves two objects)."""
+    return isinstance(a, type) and isinstance(b, type) and (a.__module__, a.__qualname__) == (b.__module__, b.__qualname__)
 
 
 #: Standard deviation of the noise given to parameters a model initialises to exactly zero: the scale of
