@@ -27,7 +27,10 @@
 - ``static_copy_shares_storage``: ``copy.deepcopy`` of a static layer shares its preallocated K/V tensors with the
   original, so a write into the copy lands in the original too;
 - ``codebook_reads_another_codebook``: MusicGen's decode steps embed codebook 1's stream from codebook 0's ids, so the
-  K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched).
+  K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched);
+- ``depth_head_one_codebook_behind``: CSM's depth decoder, on its cached decode calls, picks the codebook head one
+  codebook behind (as a cache that counts one position short would make ``codebook_indices``): codebook k >= 2 of every
+  frame is predicted with codebook k-1's head, while the prefill of ``[0, c0]`` and the backbone are untouched.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache, StaticLayer
+from transformers.models.csm.modeling_csm import CsmCodebooksHead, CsmDepthDecoderForCausalLM
 from transformers.models.idefics.modeling_idefics import IdeficsModel
 from transformers.models.llava.modeling_llava import LlavaModel
 from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
@@ -187,6 +191,27 @@ def _codebook_crossed() -> list[Patch]:
     return [(MusicgenDecoder, "forward", forward)]
 
 
+def _depth_head_behind() -> list[Patch]:
+    decoding = {"on": False}
+    forward, head = CsmDepthDecoderForCausalLM.forward, CsmCodebooksHead.forward
+
+    @functools.wraps(forward)
+    def depth_forward(self: Any, *args: Any, cache: Any = None, **kwargs: Any) -> Any:
+        decoding["on"] = cache is not None and cache.get_seq_length() > 0
+        try:
+            return forward(self, *args, cache=cache, **kwargs)
+        finally:
+            decoding["on"] = False
+
+    @functools.wraps(head)
+    def head_forward(self: Any, hidden_states: Any, codebook_indices: Any = None) -> Any:
+        if decoding["on"]:
+            codebook_indices = (codebook_indices - 1).clamp(min=1)
+        return head(self, hidden_states, codebook_indices)
+
+    return [(CsmDepthDecoderForCausalLM, "forward", depth_forward), (CsmCodebooksHead, "forward", head_forward)]
+
+
 def _reference_window_never_evicts() -> list[Patch]:
     from transformers.models.unlimited_ocr.modeling_unlimited_ocr import UnlimitedOcrDynamicReferenceSlidingWindowLayer as Layer
 
@@ -244,6 +269,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cached_generate_drops_the_image": _cached_generate_drops_the_image,
     "decode_steps_drop_the_image": _decode_steps_drop_the_image,
     "codebook_reads_another_codebook": _codebook_crossed,
+    "depth_head_one_codebook_behind": _depth_head_behind,
     "reference_window_never_evicts": _reference_window_never_evicts,
     "cross_half_not_reordered": _cross_half_not_reordered,
     "extend_keeps_last_only": _extend_keeps_last_only,

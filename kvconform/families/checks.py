@@ -138,8 +138,14 @@ def codebook_parity(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
     details = {"codebook_max_abs_delta": worst, "tolerance": limit, "codebook_delays": list(heads.delays)}
     measured = f"{max(worst):.2e}"
     failing = [(step, row % k) for step, deltas in enumerate(heads.row_deltas) for row, delta in enumerate(deltas) if delta > limit]
+    depth = heads.depth.problem(record.plan.batch_size) if heads.depth is not None else None
+    if depth is not None:
+        details["depth_cache"] = depth
+        return CheckResult("codebook_parity", False, measured, f"{limit:.2e}", f"{depth}; max |Δlogit| per head {per_head}", details)
     if not failing:
-        message = f"every one of the {k} codebook heads within {limit:.2e} at every step; max |Δlogit| per head {per_head}"
+        where = (" (head 0 the backbone's, heads 1..K-1 the depth decoder's, its cache one position per codebook, "
+                 "empty every frame)") if heads.depth is not None else ""
+        message = f"every one of the {k} codebook heads within {limit:.2e} at every step{where}; max |Δlogit| per head {per_head}"
         return CheckResult("codebook_parity", True, measured, f"{limit:.2e}", message, details)
     step, head = failing[0]
     bad = sorted({h for _, h in failing})

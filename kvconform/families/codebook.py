@@ -97,6 +97,11 @@ def _first_int(*sources: Any, name: str) -> int:
 #: greedily so the two runs must agree. Dia keeps its own generation config (no published value checked here).
 GUIDANCE_SCALE = {"musicgen": 3.0, "musicgen_melody": 3.0}
 
+#: What greedy decoding needs besides ``do_sample=False``: CSM's depth decoder decodes by its own generation config,
+#: which ``generate()`` updates from ``depth_decoder_*`` arguments (generation_csm.py:99-108); a checkpoint whose depth
+#: decoder samples would otherwise make the two runs differ by chance.
+GREEDY_SETTINGS: dict[str, dict[str, Any]] = {"csm": {"depth_decoder_do_sample": False}}
+
 
 @dataclass(frozen=True)
 class GenerateRun:
@@ -116,7 +121,8 @@ class GenerateRun:
 def run_generate(model: Model, text: torch.Tensor, new_tokens: int) -> GenerateRun:
     """Greedy ``generate()`` on the text prompt with ``use_cache`` True and False, as a user calls it."""
     guidance = GUIDANCE_SCALE.get(model.config.model_type)
-    settings = {"do_sample": False, "max_new_tokens": new_tokens, **({"guidance_scale": guidance} if guidance else {})}
+    settings = {"do_sample": False, "max_new_tokens": new_tokens, **GREEDY_SETTINGS.get(model.config.model_type, {}),
+                **({"guidance_scale": guidance} if guidance else {})}
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
     outputs = {}
     for use_cache in (True, False):

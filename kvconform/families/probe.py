@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 
 from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.build.models import Model
 from kvconform.families import AUDIO_LANGUAGE, CROSS_HALF, ENCODER_DECODER, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families.audio import audio_inputs
-from kvconform.families.codebook import GenerateRun, probe_codebook
+from kvconform.families.codebook import GenerateRun, probe_codebook, run_generate
 from kvconform.families.decode import FamilyRun
+from kvconform.families.depth_codebooks import DepthTrace, is_depth_codebook_model, probe_depth_codebooks
 from kvconform.families.encoder_decoder import probe_encoder_decoder
 from kvconform.families.geometry import cross_attention_geometry, self_attention_geometry
 from kvconform.families.inputs import image_inputs
@@ -45,6 +47,8 @@ class CodebookHeads:
     """Per step, each row's max |Δlogit| against the uncached pass."""
     delays: tuple[int, ...]
     generate: GenerateRun
+    depth: DepthTrace | None = None
+    """A depth decoder's own cache, frame by frame (CSM: heads 1..K-1 are its)."""
 
 
 @dataclass
@@ -89,6 +93,14 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         )
         inputs = f"encoder: {result.recipe} -> {result.encoder_length} encoder positions"
         return FamilyProbe(result.run.record, geometry, explanation, inputs, cross=cross, generate_inputs=result.generate_inputs)
+    if family == TEXT_TO_AUDIO and is_depth_codebook_model(model):
+        depth = probe_depth_codebooks(model, plan)
+        geometry, explanation = self_attention_geometry(config)
+        start = time.perf_counter()
+        generated = run_generate(model, depth.text, plan.decode_steps)
+        depth.run.record.timings["generate_s"] = time.perf_counter() - start
+        heads = CodebookHeads(depth.codebooks, depth.run.row_deltas, (0,) * depth.codebooks, generated, depth.trace)
+        return FamilyProbe(depth.run.record, geometry, explanation, depth.recipe, codebook=heads)
     if family == TEXT_TO_AUDIO:
         codes = probe_codebook(model, plan)
         geometry, explanation = self_attention_geometry(config)

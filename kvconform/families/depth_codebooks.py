@@ -1,0 +1,189 @@
+"""Codebook models with a depth decoder (CSM): two caches per generated frame.
+
+CSM's backbone reads the text prompt, then one embedding per audio frame (the sum of its K codebooks' embeddings), and
+predicts codebook 0 of the next frame; its depth decoder then decodes codebooks 1..K-1 of that frame from the
+backbone's last hidden state, with a cache of its own started empty every frame (generation_csm.py:266-281). The cell
+drives both as ``generate()`` does:
+
+- the backbone: the text prompt as 2-D ``input_ids`` (the forward embeds it as its processor's text-only prompt), then
+  every decode step one frame ``[B, 1, K]``, against ONE uncached pass over the text and every frame's embedding;
+- the depth decoder, every frame: ``[0, c0]`` with the backbone's hidden state, then one codebook at a time through its
+  cache, against ONE uncached depth pass over ``[0, c0, …, c(K-2)]`` with the same hidden state. Its codebook heads are
+  chosen by position (``CsmCodebooksHead``, ``codebook_indices`` from the cache length), so a cache that miscounts
+  positions reads another codebook's head.
+
+Rows of the per-head deltas are ``b * K + k`` as for the other codebook decoders: head 0 the backbone's, head ``k``
+the depth decoder's for codebook ``k`` of the frame chosen at that step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from kvconform.build.models import Model
+from kvconform.compat import cache_keyword, feed_cache_position
+from kvconform.families.decode import Driver, FamilyRun, drive
+from kvconform.families.inputs import special_token_ids, text_ids
+from kvconform.probe.cache_io import cache_layers, seq_length
+from kvconform.probe.decode import ProbePlan
+from kvconform.probe.forwards import Forwards, fed_back
+
+#: Text tokens of the prompt.
+TEXT_TOKENS = 5
+
+
+@dataclass
+class DepthTrace:
+    """What the depth decoder's own cache held, frame by frame, and the geometry its config gives."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    frames: list[list[tuple[int | None, list[list[int] | None]]]] = field(default_factory=list)
+    """Per frame, per depth call: (the cache's seq length, each layer's keys shape)."""
+
+    def problem(self, batch: int) -> str | None:
+        """The first frame and call whose cache is not one position per codebook fed, in the config's geometry."""
+        for frame, calls in enumerate(self.frames):
+            for call, (length, shapes) in enumerate(calls):
+                want = call + 2  # the prefill feeds [0, c0]; every later call one codebook
+                if length != want:
+                    return (f"depth decoder cache of frame {frame} holds {length} positions after call {call}, expected "
+                            f"{want} (empty at every frame, then [0, c0] and one codebook a call)")
+                expected = [batch, self.kv_heads, want, self.head_dim]
+                if len(shapes) != self.layers:
+                    return f"depth decoder cache of frame {frame} has {len(shapes)} layers, its config {self.layers}"
+                for index, shape in enumerate(shapes):
+                    if shape != expected:
+                        return (f"depth decoder cache of frame {frame}, layer {index}: keys {shape} after call {call}, "
+                                f"expected {expected} (depth_decoder_config's heads and head size)")
+        return None
+
+
+@dataclass
+class DepthRun:
+    """The backbone's decode run with its rows widened to every codebook head, and the depth decoder's trace."""
+
+    run: FamilyRun
+    codebooks: int
+    text: torch.Tensor
+    trace: DepthTrace
+    recipe: str
+
+
+def is_depth_codebook_model(model: Model) -> bool:
+    """Whether ``model`` decodes a frame's codebooks with a depth decoder of its own (CSM)."""
+    return hasattr(model, "depth_decoder") and hasattr(model, "backbone_model")
+
+
+class _Frames:
+    """The frames the cached decode chose, by position after the text, each ``[B, K]``; their depth decoder runs."""
+
+    def __init__(self, model: Model, text_length: int) -> None:
+        self.model, self.text_length = model, text_length
+        self.codes: list[torch.Tensor] = []
+        self.head_deltas: list[torch.Tensor] = []
+        """Per frame ``[B, K - 1]``: each depth head's max |Δlogit| against the uncached depth pass."""
+        feed_cache_position(model.depth_decoder)  # 5.0-5.4 pick its heads by the cache_position generate() passed
+        config = model.config.depth_decoder_config
+        self.trace = DepthTrace(int(config.num_hidden_layers), int(config.num_key_value_heads), int(config.head_dim))
+        self.hidden: torch.Tensor | None = None
+
+    def decode(self, first: torch.Tensor) -> torch.Tensor:
+        """Codebooks 1..K-1 of the frame whose codebook 0 is ``first`` ``[B, 1]``, greedily through the depth decoder's
+        cache as ``generate()`` runs it; records each head's distance from one uncached depth pass."""
+        from transformers import DynamicCache
+
+        if self.hidden is None:
+            raise RuntimeError("the backbone has not run: no hidden state to start a frame from")
+        depth, codebooks = self.model.depth_decoder, int(self.model.config.num_codebooks)
+        keyword = cache_keyword(depth)
+        ids = torch.cat([torch.zeros_like(first), first], dim=1)
+        cache = DynamicCache(config=depth.config)
+        output = depth(input_ids=ids, backbone_last_hidden_state=self.hidden, use_cache=True, logits_to_keep=1, **{keyword: cache})
+        calls, logits = [], [output.logits[:, -1]]
+        cache = fed_back(output, cache)[0]
+        calls.append(self._seen(cache))
+        while True:  # [0, c0, c1, …, c(K-1)]: K - 1 codebooks after c0, the last one fed to no forward
+            token = logits[-1].float().argmax(-1, keepdim=True)
+            ids = torch.cat([ids, token], dim=1)
+            if ids.shape[1] == codebooks + 1:
+                break
+            output = depth(input_ids=token, use_cache=True, logits_to_keep=1, **{keyword: cache})
+            cache = fed_back(output, cache)[0]
+            logits.append(output.logits[:, -1])
+            calls.append(self._seen(cache))
+        reference = depth(input_ids=ids[:, :-1], backbone_last_hidden_state=self.hidden, use_cache=False).logits
+        cached = torch.stack(logits, dim=1)
+        self.head_deltas.append((cached.float() - reference.float()).abs().nan_to_num(nan=float("inf")).amax(-1))
+        self.trace.frames.append(calls)
+        frame = ids[:, 1:]
+        self.codes.append(frame)
+        return frame
+
+    @staticmethod
+    def _seen(cache: Any) -> tuple[int | None, list[list[int] | None]]:
+        shapes = [list(layer.keys.shape) if isinstance(getattr(layer, "keys", None), torch.Tensor) else None
+                  for layer in cache_layers(cache)]
+        return seq_length(cache), shapes
+
+    def embeds(self, ids: torch.Tensor) -> torch.Tensor:
+        """Embeddings of ``ids`` from the sequence's start: the text's, then each chosen frame's."""
+        text = self.model.embed_text_tokens(ids[:, :self.text_length])
+        count = ids.shape[1] - self.text_length
+        if count <= 0:
+            return text
+        frames = torch.stack(self.codes[:count], dim=1)
+        if not torch.equal(frames[..., 0], ids[:, self.text_length:]):
+            raise RuntimeError("the ids after the text are not the codebook 0 of the frames the cached decode chose")
+        return torch.cat([text, self.model.backbone_model.embed_tokens(frames)], dim=1)
+
+
+def _driver(model: Model, text: torch.Tensor, frames: _Frames) -> Driver:
+    keyword = cache_keyword(model)
+
+    def backbone(cache: Any, decoding: bool, **inputs: Any) -> tuple[Any, Any]:
+        output = model(use_cache=True, output_hidden_states=True, **inputs, **({keyword: cache} if cache is not None else {}))
+        if decoding:  # the decode's own calls start the next frame; a fresh pass (the localization) does not
+            frames.hidden = output.hidden_states[-1][:, -1]
+        return fed_back(output, cache)
+
+    def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        if ids.shape[1] == frames.text_length:
+            return backbone(cache, True, input_ids=ids)  # the text prompt as its processor gives it
+        return backbone(cache, False, inputs_embeds=frames.embeds(ids))
+
+    def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        if ids.shape[1] != 1:
+            raise ValueError("a CSM decode step feeds one frame")
+        return backbone(cache, True, input_ids=frames.decode(ids)[:, None, :])
+
+    def reference(ids: torch.Tensor, keep: int | None) -> Any:
+        return model(inputs_embeds=frames.embeds(ids), use_cache=False)
+
+    forwards = Forwards(model=model, prompt=text, start=start, more=more, reference=reference,
+                        make_cache=lambda kind, length: None, default_cache=lambda: None)
+    return Driver(forwards)
+
+
+def probe_depth_codebooks(model: Model, plan: ProbePlan) -> DepthRun:
+    """Prefill the text, decode ``plan.decode_steps`` frames through both caches, compare with uncached passes."""
+    device = next(p.device for p in model.parameters())
+    config = model.config
+    codebooks = int(config.num_codebooks)
+    text = text_ids(plan.batch_size, TEXT_TOKENS, plan.seed + 2, int(config.text_vocab_size), special_token_ids(config)).to(device)
+    frames = _Frames(model, TEXT_TOKENS)
+    run = drive(model, replace(plan, prompt_length=TEXT_TOKENS), _driver(model, text, frames))
+    last = torch.tensor(run.record.steps[-1].cached_argmax, device=device).reshape(-1, 1)
+    with torch.inference_mode():  # the frame the last step's logits choose (the decode stops before it): every step has all its heads
+        frames.decode(last)
+    rows = []
+    for backbone, heads in zip(run.row_deltas, frames.head_deltas, strict=True):
+        rows.append([delta for b, first in enumerate(backbone) for delta in (first, *heads[b].tolist())])
+    recipe = (f"text input_ids [B, {TEXT_TOKENS}], then frames [B, 1, {codebooks}]: codebook 0 from the backbone, "
+              f"codebooks 1..{codebooks - 1} from the depth decoder's own cache, empty every frame (generation_csm.py)")
+    return DepthRun(replace(run, row_deltas=rows), codebooks, text, frames.trace, recipe)
+
