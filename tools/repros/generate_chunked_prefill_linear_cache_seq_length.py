@@ -10,6 +10,7 @@ forwards of 2 tokens equal one prefill, shown below), so chunked prefill would b
 
 Exit 1 when generate(prefill_chunk_size=2) raises or picks other tokens than generate(), else 0.
 """
+import inspect
 import sys
 
 import torch
@@ -27,10 +28,15 @@ def main() -> int:
     model = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(**CONFIG)).eval()
     prompt = torch.randint(3, 256, (2, 6), generator=torch.Generator().manual_seed(0))
     one = model(input_ids=prompt, use_cache=True).logits
+    params = inspect.signature(model.forward).parameters
+    keyword = next(k for k in ("cache", "past_key_values", "cache_params") if k in params)  # the release's cache keyword
     cache, chunks = None, []
     for start in range(0, 6, 2):
-        output = model(input_ids=prompt[:, start : start + 2], use_cache=True, **({"cache": cache} if cache is not None else {}))
-        cache, chunks = output.cache, chunks + [output.logits]
+        given = {keyword: cache} if cache is not None else {}
+        if cache is not None and "cache_position" in params:  # 5.0-5.3 take the positions generate() passed
+            given["cache_position"] = torch.arange(start, start + 2)
+        output = model(input_ids=prompt[:, start : start + 2], use_cache=True, **given)
+        cache, chunks = getattr(output, keyword), chunks + [output.logits]
     print(f"3 cached forwards of 2 tokens vs one prefill: max |Δlogit| {float((torch.cat(chunks, 1) - one).abs().max()):.2g}")
     settings = {"max_new_tokens": 4, "do_sample": False, "eos_token_id": None, "pad_token_id": 0, "attention_mask": torch.ones_like(prompt)}
     plain = model.generate(prompt, **settings)
