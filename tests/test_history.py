@@ -15,9 +15,9 @@ import pytest
 
 from kvconform.history import envs
 from kvconform.history.bisect import Step, bisect, step_of
-from kvconform.history.collect import read_history, write_history
+from kvconform.history.collect import read_history, write_history, write_report
 from kvconform.history.envs import EnvironmentError_, unmet_requirements
-from kvconform.history.grid import SCHEMA_PATH, build_history, merge_histories
+from kvconform.history.grid import SCHEMA_PATH, build_history, load_reports, merge_histories, overlay_models
 from kvconform.history.releases import ReleaseError, last_patches, parse_releases, shard, sorted_releases
 from kvconform.history.render import render_history_html, render_history_markdown
 from kvconform.history.run import model_selection
@@ -292,3 +292,28 @@ def test_oldest_and_newest_release_run_in_their_own_environments(tmp_path: Path)
         llama = next(r for r in results if r["cell_id"] == "llama[float32-cpu-dynamic]" and r["check"] == "assisted")
         rejected = {name: run["rejected"] for name, run in llama["details"]["runs"].items()}
         assert all(count >= 0 for counts in rejected.values() for count in counts) and sum(rejected["random"]) > 0, rejected
+
+
+def test_a_few_models_run_again_overlay_their_cells_on_the_whole_history(tmp_path: Path) -> None:
+    """A re-run of model a (say, after a label fix) replaces a's cells release by release; b's stay; a release the
+    re-run skipped keeps the base's; the combined reports are written and read back by a later merge."""
+    whole = write_shard(tmp_path, "whole", ("5.0.0", "5.4.0", "5.8.1"))
+    again = tmp_path / "again"
+    fixed = {"5.4.0": report("5.4.0", result(A, "parity", "xfail"), result(A, "crop"))}
+    for release, doc in fixed.items():
+        (again / "releases" / release).mkdir(parents=True)
+        (again / "releases" / release / "conformance.json").write_text(json.dumps(doc))
+    write_history([run("5.4.0")], fixed, ["-k", "[a["], again)
+    runs, docs, selection = merge_histories([(read_history(whole), whole)])
+    runs, docs = overlay_models(runs, docs, [(read_history(again), again)])
+    assert [(run["release"], run.get("overlaid")) for run in runs] == [("5.0.0", None), ("5.4.0", [str(again)]), ("5.8.1", None)]
+    out = tmp_path / "merged"
+    runs = [run if run["report"] else run | {"report": str(write_report(docs[run["release"]], out, run["release"]))} for run in runs]
+    merged = write_history(runs, docs, selection, out)
+    jsonschema.validate(merged, SCHEMA)
+    assert [merged["grid"]["a"][r]["verdict"] for r in ("5.0.0", "5.4.0", "5.8.1")] == ["pass", "known failure", "fail"]
+    assert [merged["grid"]["b"][r]["verdict"] for r in ("5.0.0", "5.4.0", "5.8.1")] == ["known failure"] * 3
+    reread = load_reports(read_history(out)["releases"], out)
+    assert sorted(r["outcome"] for r in reread["5.4.0"]["results"]) == ["pass", "xfail", "xfail"]
+    with pytest.raises(ValueError, match=r"ran release 5\.24\.0, which the history it updates lacks"):
+        overlay_models(runs, docs, [(read_history(write_shard(tmp_path, "later", ("5.24.0",))), tmp_path / "later")])

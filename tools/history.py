@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from kvconform.history.bisect import Step, bisect, step_of  # noqa: E402
-from kvconform.history.collect import read_history, release_dir, run_history, write_history  # noqa: E402
+from kvconform.history.collect import read_history, release_dir, run_history, write_history, write_report  # noqa: E402
 from kvconform.history.envs import EnvironmentError_, ensure_release  # noqa: E402
-from kvconform.history.grid import merge_histories  # noqa: E402
+from kvconform.history.grid import merge_histories, overlay_models  # noqa: E402
 from kvconform.history.releases import ReleaseError, available_releases, parse_releases, shard  # noqa: E402
 from kvconform.history.render import summary_line  # noqa: E402
 from kvconform.history.run import model_selection, run_release  # noqa: E402
@@ -49,6 +49,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     merge.add_argument("--out", type=Path, required=True)
     merge.add_argument("--replace", action="store_true",
                        help="a release in several folders: the later folder's run counts (a release run again after a fix)")
+    merge.add_argument("--overlay", nargs="+", type=Path, default=[], metavar="FOLDER",
+                       help="histories of a few models run again (--model): their cells replace those models' cells")
     bis = sub.add_parser("bisect", help="the first release in a range where one cell's check changes verdict")
     bis.add_argument("cell", help="cell id, e.g. 'llama[float32-cpu-dynamic]'")
     bis.add_argument("check", help="check name, e.g. parity or crop")
@@ -76,6 +78,10 @@ def command_run(args: argparse.Namespace) -> int:
 
 def command_merge(args: argparse.Namespace) -> int:
     runs, docs, selection = merge_histories([(read_history(folder), folder) for folder in args.folders], replace=args.replace)
+    if args.overlay:
+        runs, docs = overlay_models(runs, docs, [(read_history(folder), folder) for folder in args.overlay])
+        runs = [run if run["report"] else run | {"report": str(write_report(docs[run["release"]], args.out, run["release"]))}
+                for run in runs]
     doc = write_history(runs, docs, selection, args.out)
     print(summary_line(doc))
     print(f"history: {args.out / 'history.md'}")

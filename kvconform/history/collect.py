@@ -58,6 +58,14 @@ def write_history(runs: Sequence[dict[str, Any]], docs: dict[str, Doc], selectio
     return doc
 
 
+def write_report(doc: Doc, out: Path, release: str) -> Path:
+    """Write a release's (combined) conformance report into ``out``'s release folder; its absolute path."""
+    path = release_dir(out, release) / "conformance.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return path.resolve()
+
+
 def read_history(folder: Path) -> Doc:
     """A folder's ``history.json`` (``ValueError`` naming the folder when absent or not a history)."""
     path = folder / "history.json"

@@ -180,3 +180,30 @@ def merge_histories(histories: Sequence[tuple[Doc, Path]], replace: bool = False
                         | {"report": str((base / run["report"]).resolve())})
     runs.sort(key=lambda run: Version(run["release"]))
     return runs, load_reports(runs, Path("/")), list(next(iter(selections)))
+
+
+def overlay_models(runs: Sequence[dict[str, Any]], docs: Mapping[str, Doc], overlays: Sequence[tuple[Doc, Path]],
+                   ) -> tuple[list[dict[str, Any]], dict[str, Doc]]:
+    """``runs``/``docs`` of a history with the cells of the models some later histories ran again (a re-run of a
+    few models after a fix) replacing theirs, release by release.
+
+    An overlay's models are those its reports hold under any of its releases; under each release both ran, every
+    result of those models comes from the overlay, the others' from the base. A release the base lacks is refused
+    (an overlay updates a history, it does not extend it); a release the overlay did not run keeps the base's
+    results. Each changed run says which folders overlaid it (``overlaid``); its report is the combined document,
+    which the caller writes (its ``report`` is ``None`` until then).
+    """
+    merged = {release: dict(doc) for release, doc in docs.items()}
+    by_release = {run["release"]: dict(run) for run in runs}
+    for doc, base in overlays:
+        reports = load_reports(doc["releases"], base)
+        models = {result["model"] for report in reports.values() for result in report.get("results", [])}
+        for release, report in reports.items():
+            if release not in merged:
+                raise ValueError(f"overlay: {base} ran release {release}, which the history it updates lacks")
+            kept = [r for r in merged[release].get("results", []) if r["model"] not in models]
+            merged[release] = merged[release] | {"results": kept + list(report.get("results", []))}
+            run = by_release[release]
+            by_release[release] = run | {"overlaid": [*run.get("overlaid", []), str(base)], "report": None}
+    return sorted(by_release.values(), key=lambda run: Version(run["release"])), merged
+
