@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Beam search on Mamba and FalconMamba continues every beam from another beam's state in transformers 5.0-5.12.
+"""Beam search on Mamba, FalconMamba and Mamba2 continues every beam from another beam's state in transformers 5.0-5.12.
 
 Their state travels in ``model_kwargs["cache_params"]``, but ``GenerationMixin._beam_search`` reorders only
 ``model_kwargs["past_key_values"]`` between steps (generation/utils.py:3398-3400 in 5.12.1, 3472-3475 in 5.0.0), so
@@ -13,6 +13,10 @@ import torch
 import transformers
 
 TRANSFORMERS = "<5.13"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
+MAMBA = {"vocab_size": 256, "hidden_size": 64, "state_size": 16, "num_hidden_layers": 2, "intermediate_size": 128,
+         "conv_kernel": 4, "time_step_rank": 8}
+CONFIGS = {"Mamba2": {"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2, "num_heads": 8, "head_dim": 16,
+                      "state_size": 8, "n_groups": 2, "conv_kernel": 4, "expand": 2, "chunk_size": 4}}
 
 
 def beams(model, prompt, use_cache):
@@ -24,9 +28,8 @@ def beams(model, prompt, use_cache):
 def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     bad = False
-    for name in ("Mamba", "FalconMamba"):
-        config = getattr(transformers, f"{name}Config")(vocab_size=256, hidden_size=64, state_size=16, num_hidden_layers=2,
-                                                        intermediate_size=128, conv_kernel=4, time_step_rank=8)
+    for name in ("Mamba", "FalconMamba", "Mamba2"):
+        config = getattr(transformers, f"{name}Config")(**CONFIGS.get(name, MAMBA))
         torch.manual_seed(0)
         model = getattr(transformers, f"{name}ForCausalLM")(config).eval()
         with torch.no_grad():
