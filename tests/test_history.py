@@ -15,7 +15,7 @@ import pytest
 
 from kvconform.history import envs
 from kvconform.history.bisect import Step, bisect, step_of
-from kvconform.history.collect import read_history, write_history, write_report
+from kvconform.history.collect import read_history, write_combined_reports, write_history
 from kvconform.history.envs import EnvironmentError_, unmet_requirements
 from kvconform.history.grid import SCHEMA_PATH, build_history, load_reports, merge_histories, overlay_models
 from kvconform.history.releases import ReleaseError, last_patches, parse_releases, shard, sorted_releases
@@ -308,7 +308,7 @@ def test_a_few_models_run_again_overlay_their_cells_on_the_whole_history(tmp_pat
     runs, docs = overlay_models(runs, docs, [(read_history(again), again)])
     assert [(run["release"], run.get("overlaid")) for run in runs] == [("5.0.0", None), ("5.4.0", [str(again)]), ("5.8.1", None)]
     out = tmp_path / "merged"
-    runs = [run if run["report"] else run | {"report": str(write_report(docs[run["release"]], out, run["release"]))} for run in runs]
+    runs = write_combined_reports(runs, docs, out)
     merged = write_history(runs, docs, selection, out)
     jsonschema.validate(merged, SCHEMA)
     assert [merged["grid"]["a"][r]["verdict"] for r in ("5.0.0", "5.4.0", "5.8.1")] == ["pass", "known failure", "fail"]

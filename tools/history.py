@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from kvconform.history.bisect import Step, bisect, step_of  # noqa: E402
-from kvconform.history.collect import read_history, release_dir, run_history, write_history, write_report  # noqa: E402
+from kvconform.history.collect import read_history, release_dir, run_history, write_combined_reports, write_history  # noqa: E402
 from kvconform.history.envs import EnvironmentError_, ensure_release  # noqa: E402
 from kvconform.history.grid import merge_histories, overlay_models  # noqa: E402
 from kvconform.history.releases import ReleaseError, available_releases, parse_releases, shard  # noqa: E402
@@ -80,8 +80,7 @@ def command_merge(args: argparse.Namespace) -> int:
     runs, docs, selection = merge_histories([(read_history(folder), folder) for folder in args.folders], replace=args.replace)
     if args.overlay:
         runs, docs = overlay_models(runs, docs, [(read_history(folder), folder) for folder in args.overlay])
-        runs = [run if run["report"] else run | {"report": str(write_report(docs[run["release"]], args.out, run["release"]))}
-                for run in runs]
+        runs = write_combined_reports(runs, docs, args.out)
     doc = write_history(runs, docs, selection, args.out)
     print(summary_line(doc))
     print(f"history: {args.out / 'history.md'}")

@@ -18,6 +18,7 @@ the depth decoder's for codebook ``k`` of the frame chosen at that step.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -25,6 +26,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword, feed_cache_position
+from kvconform.families.codebook import GenerateRun, run_generate
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import special_token_ids, text_ids
 from kvconform.probe.cache_io import cache_layers, seq_length
@@ -65,13 +67,14 @@ class DepthTrace:
 
 @dataclass
 class DepthRun:
-    """The backbone's decode run with its rows widened to every codebook head, and the depth decoder's trace."""
+    """The backbone's decode run with its rows widened to every codebook head, the depth decoder's trace, and what
+    ``generate()`` did."""
 
     run: FamilyRun
     codebooks: int
-    text: torch.Tensor
     trace: DepthTrace
     recipe: str
+    generate: GenerateRun
 
 
 def is_depth_codebook_model(model: Model) -> bool:
@@ -185,5 +188,7 @@ def probe_depth_codebooks(model: Model, plan: ProbePlan) -> DepthRun:
         rows.append([delta for b, first in enumerate(backbone) for delta in (first, *heads[b].tolist())])
     recipe = (f"text input_ids [B, {TEXT_TOKENS}], then frames [B, 1, {codebooks}]: codebook 0 from the backbone, "
               f"codebooks 1..{codebooks - 1} from the depth decoder's own cache, empty every frame (generation_csm.py)")
-    return DepthRun(replace(run, row_deltas=rows), codebooks, text, frames.trace, recipe)
-
+    start = time.perf_counter()
+    generated = run_generate(model, text, plan.decode_steps)
+    run.record.timings["generate_s"] = time.perf_counter() - start
+    return DepthRun(replace(run, row_deltas=rows), codebooks, frames.trace, recipe, generated)

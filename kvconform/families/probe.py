@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.build.models import Model
 from kvconform.families import AUDIO_LANGUAGE, CROSS_HALF, ENCODER_DECODER, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families.audio import audio_inputs
-from kvconform.families.codebook import GenerateRun, probe_codebook, run_generate
+from kvconform.families.codebook import GenerateRun, probe_codebook
 from kvconform.families.decode import FamilyRun
 from kvconform.families.depth_codebooks import DepthTrace, is_depth_codebook_model, probe_depth_codebooks
 from kvconform.families.encoder_decoder import probe_encoder_decoder
@@ -96,10 +95,7 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     if family == TEXT_TO_AUDIO and is_depth_codebook_model(model):
         depth = probe_depth_codebooks(model, plan)
         geometry, explanation = self_attention_geometry(config)
-        start = time.perf_counter()
-        generated = run_generate(model, depth.text, plan.decode_steps)
-        depth.run.record.timings["generate_s"] = time.perf_counter() - start
-        heads = CodebookHeads(depth.codebooks, depth.run.row_deltas, (0,) * depth.codebooks, generated, depth.trace)
+        heads = CodebookHeads(depth.codebooks, depth.run.row_deltas, (0,) * depth.codebooks, depth.generate, depth.trace)
         return FamilyProbe(depth.run.record, geometry, explanation, depth.recipe, codebook=heads)
     if family == TEXT_TO_AUDIO:
         codes = probe_codebook(model, plan)

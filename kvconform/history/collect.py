@@ -58,12 +58,18 @@ def write_history(runs: Sequence[dict[str, Any]], docs: dict[str, Doc], selectio
     return doc
 
 
-def write_report(doc: Doc, out: Path, release: str) -> Path:
-    """Write a release's (combined) conformance report into ``out``'s release folder; its absolute path."""
-    path = release_dir(out, release) / "conformance.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    return path.resolve()
+def write_combined_reports(runs: Sequence[dict[str, Any]], docs: dict[str, Doc], out: Path) -> list[dict[str, Any]]:
+    """``runs`` with each run that has no report file yet (an overlaid one) given its combined report, written into
+    ``out``'s release folder."""
+    written = []
+    for run in runs:
+        if run["report"] is None:
+            path = release_dir(out, run["release"]) / "conformance.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, json.dumps(docs[run["release"]], indent=1, sort_keys=True) + "\n")
+            run = run | {"report": str(path.resolve())}
+        written.append(run)
+    return written
 
 
 def read_history(folder: Path) -> Doc:

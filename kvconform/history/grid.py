@@ -191,7 +191,7 @@ def overlay_models(runs: Sequence[dict[str, Any]], docs: Mapping[str, Doc], over
     result of those models comes from the overlay, the others' from the base. A release the base lacks is refused
     (an overlay updates a history, it does not extend it); a release the overlay did not run keeps the base's
     results. Each changed run says which folders overlaid it (``overlaid``); its report is the combined document,
-    which the caller writes (its ``report`` is ``None`` until then).
+    which ``collect.write_combined_reports`` writes (its ``report`` is ``None`` until then).
     """
     merged = {release: dict(doc) for release, doc in docs.items()}
     by_release = {run["release"]: dict(run) for run in runs}
@@ -206,4 +206,3 @@ def overlay_models(runs: Sequence[dict[str, Any]], docs: Mapping[str, Doc], over
             run = by_release[release]
             by_release[release] = run | {"overlaid": [*run.get("overlaid", []), str(base)], "report": None}
     return sorted(by_release.values(), key=lambda run: Version(run["release"])), merged
-
