@@ -132,8 +132,8 @@ class CellRunner:
 
 
 def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
-    """A family cell's generate() paths: the one generate, beam and assisted paths given the family's adapter, and
-    generate(prefill_chunk_size=...) where its chunked prefill ran (timed)."""
+    """A family cell's generate() paths: the one generate, beam and assisted paths and the calls through one instance,
+    given the family's adapter, and generate(prefill_chunk_size=...) where its chunked prefill ran (timed)."""
     from kvconform.families.encoder_decoder import assisted_inputs
     from kvconform.families.geometry import self_attention_geometry
     from kvconform.probe.assisted import run_assisted
@@ -154,6 +154,13 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
             else:
                 record.extras[name] = run()
             record.timings[f"{name}_s"] = time.perf_counter() - start
+    if plan.calls and inputs is not None:
+        from kvconform.probe.calls import run_calls
+
+        start = time.perf_counter()
+        generated = record.generate if record.generate is not None and record.generate.error is None else None
+        record.calls = run_calls(model, plan, generated, inputs)
+        record.timings["calls_s"] = time.perf_counter() - start
     chunked = record.chunked
     if chunked is not None and chunked.steps and plan.cache == "dynamic" and inputs is not None:  # the path users run
         from kvconform.probe.chunked import run_chunked_generate

@@ -274,6 +274,21 @@ def generate_reuses_cache() -> list[Patch]:
     return [(GenerationMixin, "_prepare_cache_for_generation", prepare)]
 
 
+def continuation_refeeds_sequence() -> list[Patch]:
+    """``generate()`` continued from a returned cache feeds the model the whole sequence again, not only the tokens the
+    cache lacks (the first forward of a call whose ids the cache partly holds); every other forward is sliced as before."""
+    from transformers.generation.utils import GenerationMixin
+
+    original = GenerationMixin.prepare_inputs_for_generation
+
+    def prepare(self: Any, input_ids: torch.Tensor, *args: Any, next_sequence_length: int | None = None, **kwargs: Any) -> Any:
+        if kwargs.get("is_first_iteration") and next_sequence_length is not None and next_sequence_length < input_ids.shape[1]:
+            next_sequence_length = None
+        return original(self, input_ids, *args, next_sequence_length=next_sequence_length, **kwargs)
+
+    return [(GenerationMixin, "prepare_inputs_for_generation", prepare)]
+
+
 def cache_config_consumed() -> list[Patch]:
     """``generate(cache_implementation="quantized", cache_config=d)`` pops ``backend`` from the user's own dict
     (no copy), so the next call with the same dict builds another backend."""
@@ -481,6 +496,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "crop_zero_empties": crop_zero_empties,
     "generate_reuses_cache": generate_reuses_cache,
     "cache_config_consumed": cache_config_consumed,
+    "continuation_refeeds_sequence": continuation_refeeds_sequence,
     "static_reorder_reverses_rows": static_reorder_reverses_rows,
     "static_not_reordered": static_not_reordered,
     "quantized_not_reordered": quantized_not_reordered,

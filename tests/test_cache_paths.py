@@ -356,6 +356,18 @@ def test_a_cache_kept_between_generate_calls_fails_between_calls(runner):
     assert message.startswith("generate() of 4 tokens (to be continued) raised RuntimeError"), message
 
 
+def test_a_continuation_that_refeeds_the_sequence_fails_between_calls_on_its_logits(runner):
+    """Planted: generate() continued from its returned cache feeds the whole sequence again (the 5.3+ encoder-decoder and
+    the 5.0-5.24 Mamba bugs' shape). The continued call's logits leave the one long call's from its first token, whatever
+    its tokens do; nothing else continues a returned cache, so every other check passes."""
+    with planted("continuation_refeeds_sequence"):
+        results = run_checks(runner, LLAMA)
+    assert _failed(results).keys() == {"between_calls"}, _failed(results)
+    message = results["between_calls"].message
+    assert "generate() of 4 tokens continued for 4 from the cache it returned" in message, message
+    assert "its logits leave the one long call's from generated token 4" in message, message
+
+
 def test_a_consumed_cache_config_dict_fails_between_calls(runner):
     """Planted: generate() pops ``backend`` from the user's cache_config dict; the next call with it builds the default
     quanto backend (not installed here, or another cache). Only between_calls fails, naming the dict before and after."""

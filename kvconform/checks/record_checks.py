@@ -672,22 +672,44 @@ def _crossing_problems(crossing: Any, record: ProbeRecord, geometry: CacheGeomet
     return problems
 
 
-def between_calls(record: ProbeRecord) -> CheckResult:
-    """``generate()`` called again through the same model gives the tokens it must, and leaves the user's arguments."""
+def between_calls(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
+    """``generate()`` called again through the same model gives the tokens it must, and leaves the user's arguments; a
+    call continued from its returned cache also gives the one long call's logits within the parity limit."""
     calls = record.calls
     if calls is None:
         return CheckResult("between_calls", True, "not run", "", "between_calls is not enabled for this cell")
-    details = {"checked": calls.checked, "problems": calls.problems}
-    compared = len(calls.checked) + len(calls.problems)
+    checked, problems = list(calls.checked), list(calls.problems)
+    details: dict[str, Any] = {"checked": checked, "problems": problems, "not_made": calls.not_made}
+    continued = calls.continued
+    if continued is not None:
+        limit = tolerance.limit(continued.logit_scale)
+        details["continued_max_abs_delta"] = max(continued.deltas, default=0.0)
+        leaving = next((k for k, delta in enumerate(continued.deltas) if delta > limit), None)
+        if leaving is None and continued.what in checked:
+            checked[checked.index(continued.what)] = (f"{continued.what} (its logits within {limit:.3g} of the one long "
+                                                      f"call's: max |Δlogit| {max(continued.deltas, default=0.0):.3g})")
+        elif leaving is not None:
+            words = (f"its logits leave the one long call's from generated token {continued.head + leaving} (max |Δlogit| "
+                     f"{continued.deltas[leaving]:.3g}, limit {limit:.3g}; {max(continued.deltas):.3g} over its "
+                     f"{len(continued.deltas)} tokens)")
+            if continued.what in checked:
+                checked.remove(continued.what)
+                problems.insert(0, f"{continued.what}: the same tokens, but {words}")
+            else:
+                problems = [f"{problem}; {words}" if problem.startswith(f"{continued.what}:") else problem for problem in problems]
+    compared = calls.compared
+    if not compared and calls.error is None:
+        return CheckResult("between_calls", True, "not run", "", "; ".join(calls.not_made), details)
     if calls.error is not None:
-        done = f" (after {len(calls.checked)} comparisons that held: {'; '.join(calls.checked)})" if calls.checked else ""
-        problems = "; ".join(calls.problems) + "; " if calls.problems else ""
-        return CheckResult("between_calls", False, "error", "", f"{problems}{calls.error}{done}", details)
-    if calls.problems:
-        message = "state left between generate() calls: " + "; ".join(calls.problems)
-        return CheckResult("between_calls", False, f"{len(calls.problems)}/{compared} differ", f"0/{compared}", message, details)
-    return CheckResult("between_calls", True, f"0/{compared} differ", f"0/{compared}", "; ".join(calls.checked) + ": the same tokens",
-                       details)
+        done = f" (after {len(checked)} comparisons that held: {'; '.join(checked)})" if checked else ""
+        failed = "; ".join(problems) + "; " if problems else ""
+        return CheckResult("between_calls", False, "error", "", f"{failed}{calls.error}{done}", details)
+    if problems:
+        message = "state left between generate() calls: " + "; ".join(problems)
+        return CheckResult("between_calls", False, f"{len(problems)}/{compared} differ", f"0/{compared}", message, details)
+    not_made = f" ({'; '.join(calls.not_made)})" if calls.not_made else ""
+    return CheckResult("between_calls", True, f"0/{compared} differ", f"0/{compared}",
+                       "; ".join(checked) + f": the same tokens{not_made}", details)
 
 
 def _padded_generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
@@ -718,7 +740,7 @@ _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResu
     "quantized_kv": lambda record, geometry, explanation, tolerance: path_checks.quantized_kv(record.quantized),
     "window": lambda record, geometry, explanation, tolerance: window(record, tolerance, geometry),
     "chunked_prefill": lambda record, geometry, explanation, tolerance: chunked_prefill(record, tolerance, geometry),
-    "between_calls": lambda record, geometry, explanation, tolerance: between_calls(record),
+    "between_calls": lambda record, geometry, explanation, tolerance: between_calls(record, tolerance),
 }
 #: Checks that read a record the runner adds beside the probe's (``ProbeRecord.extras``).
 EXTRA_CHECKS = ("beam", "padded_generate", "attn_agreement", "assisted")
@@ -748,6 +770,6 @@ def ran(name: str, record: ProbeRecord) -> bool:
         return record.window is not None and not record.window.not_applicable
     if name == "chunked_prefill":
         return record.chunked is not None and not record.chunked.not_applicable
-    if name == "between_calls":
-        return record.calls is not None
+    if name == "between_calls":  # a call that raised counts: it is the check's failure
+        return record.calls is not None and bool(record.calls.compared or record.calls.error)
     return name != "quantized_kv" or record.quantized is not None

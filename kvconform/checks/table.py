@@ -117,11 +117,12 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("assisted", "assisted generate() (the model as its own assistant, a random assistant, prompt lookup) returns "
               "greedy's tokens, its logits within the parity limit of one uncached pass", enabled_by="assisted",
               float32_only=True, caches=("dynamic",), families=(CAUSAL_LM, *ENCODER_DECODER)),
-    # Dynamic cells: continued, padded, a second prompt; static/fp8 quantized: the same arguments twice (docs/cache-paths.md).
+    # Dynamic cells: continued (causal LMs: and a second, padded prompt); static/fp8 quantized: the same arguments twice
+    # (docs/cache-paths.md).
     CheckInfo("between_calls", "generate() again through the same model: continued from its returned cache, with extra "
               "left padding, a second prompt, the same cache_config twice: the same tokens, the user's dict unchanged",
               enabled_by="generate", float32_only=True, caches=(*FULL_PRECISION, "quantized"), attention="default",
-              families=CAUSAL, reuse_path=True),
+              families=GENERATE_PATHS, reuse_path=True),
     CheckInfo("attn_agreement", "this attention and the model's default agree on uncached logits", float32_only=True,
               caches=("dynamic",), attention="other", families=CAUSAL),
     CheckInfo("quantized_kv", "a quantized cache stores what its backend's design stores (fp8: the frozen-scale float8 "

@@ -185,11 +185,13 @@ def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: tor
     """The probe's encoder input and decoder prompt as ``generate()`` takes them, with the decoder start token the
     prompt begins with (a bare config leaves it None; generate() refuses none). A Whisper-style ``generate()`` (it
     checks ``decoder_input_ids`` itself: generation_whisper.py) gets the encoder input only, as users call it, and
-    starts from its own decoder start tokens."""
+    starts from its own decoder start tokens. A call continued from a returned cache gives the encoder input again and
+    the returned sequences as the decoder's."""
     start = {"decoder_start_token_id": int(prompt[0, 0])}
     if hasattr(type(model), "_check_decoder_input_ids"):
-        return GenerateInputs(dict(tensors), 1, start)
-    return GenerateInputs({**tensors, "decoder_input_ids": prompt}, prompt.shape[1], start)
+        return GenerateInputs(dict(tensors), 1, start, sequence_key="decoder_input_ids", carried=tuple(tensors))
+    return GenerateInputs({**tensors, "decoder_input_ids": prompt}, prompt.shape[1], start, sequence_key="decoder_input_ids",
+                          carried=tuple(tensors))
 
 
 def assisted_inputs(model: Model, plan: ProbePlan, length: int) -> AssistedInputs:

@@ -234,6 +234,10 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     # Placeholder and special ids are never generated, as the decode loop never picks them: an uncached generate()
     # would otherwise count a generated placeholder as one more image token.
     ids = as_given(prompt)
-    given = GenerateInputs({"input_ids": ids, "attention_mask": torch.ones_like(ids), **inputs(prompt, probe, prompt.shape[1])},
-                           prompt.shape[1], {"suppress_tokens": sorted(forbidden)})
+    media_inputs = inputs(prompt, probe, prompt.shape[1])
+    # A continued call gives the media again only where the forward reads the image at every position (IDEFICS): the
+    # cache holds the others' image tokens.
+    carried = tuple(media_inputs) if needs_an_image(model) else ()
+    given = GenerateInputs({"input_ids": ids, "attention_mask": torch.ones_like(ids), **media_inputs}, prompt.shape[1],
+                           {"suppress_tokens": sorted(forbidden)}, carried=carried)
     return MultimodalRun(with_media, text_only, calls, recipe, given)

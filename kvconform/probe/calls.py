@@ -13,6 +13,8 @@ On a cell whose ``generate`` check ran (its cached greedy tokens for the probe's
   be called several times with the same cache_config").
 
 Tokens are compared exactly (float32 cells only); where they part, the first generated position and rows are named.
+A family cell's calls take its prompt from its adapter (``GenerateInputs``: an image, an encoder input), continued as
+the adapter says; the second, padded prompt is a causal LM's only.
 """
 
 from __future__ import annotations
@@ -21,18 +23,36 @@ import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.probe.cache_io import cache_implementation, fixed_length_config, input_device, make_prompt, returned_cache
+from kvconform.probe.generate_inputs import GenerateInputs
+
+if TYPE_CHECKING:  # decode.py imports this module
+    from kvconform.probe.decode import GenerateRecord
 
 #: Extra pad columns put on the left of the prompt (masked out), as a tokenizer's ``pad_to_multiple_of`` adds.
 EXTRA_PADDING = 3
 #: The second prompt's seed offset from the probe's.
 SECOND_PROMPT_SEED = 1
+
+
+@dataclass
+class Continued:
+    """A ``generate()`` continued from its returned cache: its raw logits against the one long call's."""
+
+    what: str
+    """The comparison's words (as in ``checked`` or ``problems``)."""
+    head: int
+    """Tokens the first call generated: the continued call's first is generated token ``head``."""
+    deltas: list[float]
+    """Per continued step, max |Δlogit| against the one long call's logits at that generated token."""
+    logit_scale: float
+    """max |logit| of the one long call, for the tolerance's limit."""
 
 
 @dataclass
@@ -45,10 +65,19 @@ class CallsRecord:
     """Set when a call raised (the comparisons made before it stand)."""
     calling: str = "the first generate()"
     """The call being made (the one that raised, when ``error`` is set)."""
+    not_made: list[str] = field(default_factory=list)
+    """Comparisons not made, each with why (a model with its own ``generate()`` is not continued)."""
+    continued: Continued | None = None
+    """The continued call's logits against the one long call's (tokens alone miss a wrong continuation of a model that
+    repeats one token, as tiny random models do)."""
+
+    @property
+    def compared(self) -> int:
+        return len(self.checked) + len(self.problems)
 
 
-def _config(model: Model, steps: int, use_cache: bool = True) -> Any:
-    return fixed_length_config(model, steps, use_cache, return_dict_in_generate=True)
+def _config(model: Model, steps: int, use_cache: bool = True, inputs: GenerateInputs | None = None, **extra: Any) -> Any:
+    return fixed_length_config(model, steps, use_cache, return_dict_in_generate=True, **(inputs.config if inputs else {}), **extra)
 
 
 def parted_at(got: list[list[int]], want: list[list[int]]) -> str | None:
@@ -70,49 +99,57 @@ def _compare(record: CallsRecord, what: str, got: list[list[int]], want: list[li
         record.problems.append(f"{what}: tokens part from {against} {parted}")
 
 
-def _generate(model: Model, prompt: torch.Tensor, mask: torch.Tensor, config: Any, record: CallsRecord, calling: str,
-              **kwargs: Any) -> Any:
+def _generate(model: Model, given: dict[str, Any], config: Any, record: CallsRecord, calling: str, **kwargs: Any) -> Any:
     record.calling = calling
-    return model.generate(prompt, generation_config=config, attention_mask=mask, **kwargs)
+    return model.generate(**given, generation_config=config, **kwargs)
 
 
 def _new_tokens(output: Any, prompt_width: int) -> list[list[int]]:
     return output.sequences[:, prompt_width:].tolist()
 
 
-def run_calls(model: Model, plan: Any, first: list[list[int]] | None) -> CallsRecord:
-    """The calls of the cell's kind after the ``generate`` check's; ``first`` is its cached tokens (``None``: not run)."""
+def run_calls(model: Model, plan: Any, first: GenerateRecord | None, inputs: GenerateInputs | None = None) -> CallsRecord:
+    """The calls of the cell's kind after the ``generate`` check's; ``first`` is that check's record (``None``: not run or
+    raised); ``inputs`` a family cell's prompt (``None``: a causal LM's, made from the plan)."""
     record = CallsRecord()
     try:
-        _run(model, plan, first, record)
+        _run(model, plan, first, inputs, record)
     except Exception as exc:  # noqa: BLE001 - a generate() crash fails this check only
         record.error = f"{record.calling} raised {type(exc).__name__}: {' '.join(str(exc).split())}"[:500]
     return record
 
 
 @torch.inference_mode()
-def _run(model: Model, plan: Any, first: list[list[int]] | None, record: CallsRecord) -> None:
+def _run(model: Model, plan: Any, first: GenerateRecord | None, inputs: GenerateInputs | None, record: CallsRecord) -> None:
     vocab = model.config.get_text_config(decoder=True).vocab_size
-    prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, vocab, input_device(model))
-    mask = torch.ones_like(prompt)
-    steps = plan.decode_steps
+    causal = inputs is None
+    if inputs is None:
+        inputs = GenerateInputs.of_ids(make_prompt(plan.batch_size, plan.prompt_length, plan.seed, vocab, input_device(model)))
+    steps, width = plan.decode_steps, inputs.prompt_length
     if plan.cache == "dynamic":
-        if first is None:
-            first = _new_tokens(_generate(model, prompt, mask, _config(model, steps), record, "a first generate()"), prompt.shape[1])
-        _continued(model, prompt, mask, steps, first, record)
-        _second_prompt(model, plan, vocab, record)
+        if first is None or first.cached_logits is None:
+            output = _generate(model, inputs.kwargs, _config(model, steps, inputs=inputs, output_logits=True), record,
+                               "a first generate()")
+            tokens, logits = _new_tokens(output, width), torch.stack(output.logits)
+        else:
+            tokens, logits = first.cached_tokens, first.cached_logits
+        _continued(model, inputs, steps, tokens, logits, record)
+        if causal:
+            _second_prompt(model, plan, vocab, record)
         return
     kwargs = cache_implementation(plan.cache)  # the user's arguments, one dict passed to both calls
-    config = _config(model, steps)
+    config = _config(model, steps, inputs=inputs)
     given_kwargs, given_config = copy.deepcopy(kwargs), config.to_dict()
     what = "the generate check's generate()"
     if first is None:
         what = "a first generate()"
-        first = _new_tokens(_generate(model, prompt, mask, config, record, what, **kwargs), prompt.shape[1])
+        tokens = _new_tokens(_generate(model, inputs.kwargs, config, record, what, **kwargs), width)
         _unchanged(record, kwargs, given_kwargs, config, given_config, note=False)  # before a call it may break
+    else:
+        tokens = first.cached_tokens
     again = f"generate() again with the same arguments ({_shown(kwargs)}) and GenerationConfig"
-    second = _new_tokens(_generate(model, prompt, mask, config, record, again, **kwargs), prompt.shape[1])
-    _compare(record, again, second, first, what)
+    second = _new_tokens(_generate(model, inputs.kwargs, config, record, again, **kwargs), width)
+    _compare(record, again, second, tokens, what)
     if not record.problems:
         _unchanged(record, kwargs, given_kwargs, config, given_config)
 
@@ -135,33 +172,37 @@ def _shown(kwargs: dict[str, Any]) -> str:
     return ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
 
 
-def _continued(model: Model, prompt: torch.Tensor, mask: torch.Tensor, steps: int, first: list[list[int]],
+def _continued(model: Model, inputs: GenerateInputs, steps: int, first: list[list[int]], logits: torch.Tensor,
                record: CallsRecord) -> None:
-    """``generate()`` for half the tokens, then continued from the cache it returned, against one long call."""
+    """``generate()`` for half the tokens, then continued from the cache it returned, against one long call (its tokens
+    ``first`` and raw ``logits``)."""
     from transformers import Cache, GenerationMixin
 
     head = max(1, steps // 2)
     what = f"generate() of {head} tokens continued for {steps - head} from the cache it returned"
     if type(model).generate is not GenerationMixin.generate:  # musicgen: the continuation contract is GenerationMixin's
-        record.checked.append(f"{what}: not continued, {type(model).__name__} has its own generate()")
+        record.not_made.append(f"{what}: not continued, {type(model).__name__} has its own generate()")
         return
     # A model's own forced tokens (BART's generation config forces EOS as the last token, mBART BOS as the first) belong
     # to the ends of the one long call: the first call's last token and the continued call's first are not those ends.
     # generate() fills a None it is given from the model's own config, so the model's is unset for the call.
     with _unset(model, "forced_eos_token_id"):
-        short = _generate(model, prompt, mask, _config(model, head), record, f"generate() of {head} tokens (to be continued)")
+        short = _generate(model, inputs.kwargs, _config(model, head, inputs=inputs), record,
+                          f"generate() of {head} tokens (to be continued)")
     cache = returned_cache(short)
     if cache is None:
         record.problems.append(f"{what}: generate(return_dict_in_generate=True) returned no cache")
         return
     if not isinstance(cache, Cache):  # generate() takes Cache instances only (generation/utils.py: "Please use a Cache instance")
-        record.checked.append(f"{what}: not continued, the model's {type(cache).__name__} is not a transformers Cache")
+        record.not_made.append(f"{what}: not continued, the model's {type(cache).__name__} is not a transformers Cache")
         return
-    sequences = short.sequences
     with _unset(model, "forced_bos_token_id"):
-        rest = _generate(model, sequences, torch.ones_like(sequences), _config(model, steps - head), record,
-                         f"generate() continued for {steps - head} tokens from the returned cache", **{cache_keyword(model): cache})
-    _compare(record, what, _new_tokens(rest, prompt.shape[1]), first, f"one generate() of {steps} tokens")
+        rest = _generate(model, inputs.continued(short.sequences), _config(model, steps - head, inputs=inputs, output_logits=True),
+                         record, f"generate() continued for {steps - head} tokens from the returned cache",
+                         **{cache_keyword(model): cache})
+    _compare(record, what, _new_tokens(rest, inputs.prompt_length), first, f"one generate() of {steps} tokens")
+    deltas = [float((got.float() - want.float()).abs().nan_to_num(nan=float("inf")).max()) for got, want in zip(rest.logits, logits[head:], strict=False)]
+    record.continued = Continued(what, head, deltas, float(logits.float().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).abs().max()))
 
 
 @contextmanager
@@ -185,15 +226,16 @@ def _second_prompt(model: Model, plan: Any, vocab: int, record: CallsRecord) -> 
     mask, steps = torch.ones_like(prompt), max(1, plan.decode_steps // 2)
     pad = torch.zeros(prompt.shape[0], EXTRA_PADDING, dtype=prompt.dtype, device=prompt.device)
     what = f"a second prompt (seed + 1) with {EXTRA_PADDING} extra masked pad columns on the left, after the calls before it"
-    padded = _generate(model, torch.cat([pad, prompt], dim=1), torch.cat([pad, mask], dim=1), _config(model, steps), record, what)
+    padded = _generate(model, {"input_ids": torch.cat([pad, prompt], dim=1), "attention_mask": torch.cat([pad, mask], dim=1)},
+                       _config(model, steps), record, what)
     cached = _new_tokens(padded, prompt.shape[1] + EXTRA_PADDING)
-    uncached = _new_tokens(_generate(model, prompt, mask, _config(model, steps, use_cache=False), record,
+    uncached = _new_tokens(_generate(model, GenerateInputs.of_ids(prompt).kwargs, _config(model, steps, use_cache=False), record,
                                      "the second prompt's uncached generate()"), prompt.shape[1])
     parted = parted_at(cached, uncached)
     if parted is None:
         record.checked.append(what)
         return
-    unpadded = _new_tokens(_generate(model, prompt, mask, _config(model, steps), record, "the second prompt unpadded"),
+    unpadded = _new_tokens(_generate(model, GenerateInputs.of_ids(prompt).kwargs, _config(model, steps), record, "the second prompt unpadded"),
                            prompt.shape[1])
     again = parted_at(unpadded, uncached)
     cause = ("the extra left padding changes the tokens (unpadded, the cached call gives the uncached tokens)" if again is None

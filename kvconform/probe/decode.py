@@ -110,6 +110,8 @@ class GenerateRecord:
     margin_at_divergence: float | None
     error: str | None = None
     """Set when ``generate()`` itself raised; the other checks still read the decode loop."""
+    cached_logits: torch.Tensor | None = field(default=None, repr=False, compare=False)
+    """The cached run's raw logits ``[steps, B, V]`` (``output_logits``), for the calls after it (not reported)."""
 
 
 @dataclass
@@ -303,8 +305,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     calls = None
     if plan.calls:
         start = time.perf_counter()
-        first = generate.cached_tokens if generate is not None and generate.error is None else None
-        calls = run_calls(model, plan, first)
+        calls = run_calls(model, plan, generate if generate is not None and generate.error is None else None)
         timings["calls_s"] = time.perf_counter() - start
 
     return ProbeRecord(
@@ -517,14 +518,15 @@ def run_generate(model: Model, inputs: GenerateInputs, steps: int, cache: str = 
         margin = min(margins[row] for row in rows)
     return GenerateRecord(
         cached_tokens=cached.tolist(), uncached_tokens=uncached.tolist(),
-        first_divergence=first, margin_at_divergence=margin,
+        first_divergence=first, margin_at_divergence=margin, cached_logits=torch.stack(runs[True].logits),
     )
 
 
 def _generate_both(model: Model, inputs: GenerateInputs, steps: int, cache: str) -> dict[bool, Any]:
     runs = {}
     for use_cache in (True, False):
-        config = fixed_length_config(model, steps, use_cache, output_scores=True, return_dict_in_generate=True, **inputs.config,
+        config = fixed_length_config(model, steps, use_cache, output_scores=True, output_logits=use_cache, return_dict_in_generate=True,
+                                     **inputs.config,
                                      **(cache_implementation(cache, model.config) if use_cache else {}))
         runs[use_cache] = model.generate(**inputs.kwargs, generation_config=config)
     return runs

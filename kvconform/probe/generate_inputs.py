@@ -23,6 +23,22 @@ class GenerateInputs:
     """Tokens of each returned sequence before the generated ones (the decoder prompt of an encoder-decoder)."""
     config: dict[str, Any] = field(default_factory=dict)
     """Generation settings the family needs on both runs (``suppress_tokens``: placeholder ids never generated)."""
+    sequence_key: str = "input_ids"
+    """What a call continued from a returned cache passes the returned sequences as (``decoder_input_ids``)."""
+    carried: tuple[str, ...] = ()
+    """Arguments a continued call passes again: an encoder-decoder's encoder input (generate() runs the encoder again and
+    reads the cross-attention half from the cache), the media of a forward that reads the image at every position
+    (IDEFICS). Other decoder-only prompts' media are in the cache and are not given again: 5.x forwards media given to a continued call at its first forward (generation/utils.py,
+    ``MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL``), whose ids hold no placeholders (LLaVA raises "Image features and image
+    tokens do not match" on every 5.x release; 4.57 passed them at cache position 0 only)."""
+
+    def continued(self, sequences: torch.Tensor) -> dict[str, Any]:
+        """The arguments of a ``generate()`` call continued from the cache a call on these inputs returned ``sequences`` with."""
+        kwargs = {key: self.kwargs[key] for key in self.carried}
+        kwargs[self.sequence_key] = sequences
+        if self.sequence_key == "input_ids":
+            kwargs["attention_mask"] = torch.ones_like(sequences)
+        return kwargs
 
     @classmethod
     def of_ids(cls, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> GenerateInputs:
