@@ -135,7 +135,10 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("cross_bytes", "cross-attention K/V bytes equal the formula with S = encoder length", families=ENCODER_DECODER),
     CheckInfo("encoder_once", "the encoder runs once; the cross K/V written at the prefill are read at every step",
               families=ENCODER_DECODER),
-    CheckInfo("text_only", "a text-only prompt on a vision- or audio-language model: parity and growth", families=MULTIMODAL),
+    # The dynamic cache only: on 5.24 each of the 4 non-passing static text_only results (of 83 static multimodal cells)
+    # repeated its cell's own parity@static failure (docs/performance.md, "What the matrix prunes").
+    CheckInfo("text_only", "a text-only prompt on a vision- or audio-language model: parity and growth", caches=("dynamic",),
+              families=MULTIMODAL),
     # The dynamic cache only: its generate() calls build generate()'s own cache, so a static cell would repeat them.
     CheckInfo("media_calls", "generate() through one instance of a vision- or audio-language model: text, an image, "
               "another image, text again; each within the parity limit of its uncached pass, the text's tokens the same twice",

@@ -156,7 +156,8 @@ class MultimodalRun:
     """A vision- or audio-language cell's runs, and what its generate() paths are given."""
 
     with_media: FamilyRun
-    text_only: FamilyRun
+    text_only: FamilyRun | None
+    """``None`` where the text_only check does not run on the plan's cache (the table's)."""
     calls: list[GenerateCall]
     """The generate() calls through one instance: text, the media, other media, text again."""
     recipe: str
@@ -205,8 +206,11 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     forbidden |= set(before) | set(after)
     # A text-only prompt carries a blank image where the forward needs one (IDEFICS), as its processor makes it.
     blank = probe.blank() if needs_an_image(model) else None
-    # Text only first: nothing the media run leaves on the model (rope_deltas) can reach it.
-    text_only = drive(model, without_paths(plan), _driver(model, text, blank, forbidden))
+    # Text only first: nothing the media run leaves on the model (rope_deltas) can reach it. On the caches the text_only
+    # check runs on only (the table's).
+    text_caches = CHECKS["text_only"].caches
+    text_only = (drive(model, without_paths(plan), _driver(model, text, blank, forbidden))
+                 if text_caches is None or plan.cache in text_caches else None)
     row = [*before, *[probe.token_id] * probe.tokens_per_row, *after]
     placeholders = torch.tensor([row] * plan.batch_size, dtype=text.dtype, device=device)
     prompt = torch.cat([text[:, :TEXT_BEFORE_MEDIA], placeholders, text[:, TEXT_BEFORE_MEDIA:]], dim=1)

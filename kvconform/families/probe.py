@@ -80,7 +80,7 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         make, noun = MEDIA[family]
         run = probe_multimodal(model, plan, make, noun)
         explanation = f"{explain(config)}; inputs: {run.recipe}"
-        return FamilyProbe(run.with_media.record, cache_geometry(config), explanation, run.recipe, text_only=run.text_only.record,
+        return FamilyProbe(run.with_media.record, cache_geometry(config), explanation, run.recipe, text_only=run.text_only.record if run.text_only is not None else None,
                            calls=run.calls, generate_inputs=run.generate_inputs)
     if family in ENCODER_DECODER:
         result = probe_encoder_decoder(model, plan)
