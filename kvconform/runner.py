@@ -167,7 +167,9 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
 
         start = time.perf_counter()
         plain = record.generate.cached_tokens if record.generate is not None and record.generate.error is None else None
-        chunked.generate = run_chunked_generate(model, inputs, plan.decode_steps, chunked.chunk_size, plain)
+        # An encoder-decoder's chunked generate() takes its encoder batch padded, as a tokenizer pads it (its own plain run).
+        given, plain = (inputs.padded, None) if inputs.padded is not None else (inputs, plain)
+        chunked.generate = run_chunked_generate(model, given, plan.decode_steps, chunked.chunk_size, plain)
         record.timings["chunked_generate_s"] = time.perf_counter() - start
 
 

@@ -24,7 +24,9 @@ MODELS = {"llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE, "gemma3": VISIO
 
 #: The labelled model bugs of these cells (model_matrix.yaml, each with its repro): model type -> check -> its words.
 KNOWN = {"whisper": {"chunked_prefill": "got multiple values for keyword argument 'position_ids'"},
-         **{model: {"between_calls": "its logits leave the one long call's"} for model in ("t5", "t5gemma")}}
+         # the encoder-decoder continuation (5.3+) and the chunked prefill's encoder mask cut to the chunk (5.1+)
+         **{model: {"between_calls": "its logits leave the one long call's", "chunked_prefill": "must match the size of tensor b"}
+            for model in ("t5", "t5gemma")}}
 
 
 def _unexplained(model_type: str, failed: dict[str, str]) -> dict[str, str]:
@@ -182,9 +184,9 @@ PATH_FAULTS = {
         model: ({"prefix_reuse"}, "the original prefix cache's layer 0 (StaticLayer) keys changed while its copy was extended")
         for model in ("llava", "t5")}),
     # A multi-token forward on a filled cache: the prefix's extend, the chunks after the first.
+    # (t5's chunked_prefill fails on the healthy cell already: its chunked generate() meets the encoder-mask bug)
     "extend_keeps_last_only": ("dynamic", {"llava": ({"prefix_reuse"}, "after the extend the copy's cache differs from one prefill"),
-                                           "t5": ({"prefix_reuse", "chunked_prefill"},
-                                                  "after the extend the copy's cache differs from one prefill")}),
+                                           "t5": ({"prefix_reuse"}, "after the extend the copy's cache differs from one prefill")}),
 }
 
 

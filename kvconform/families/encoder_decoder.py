@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -190,8 +190,26 @@ def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: tor
     start = {"decoder_start_token_id": int(prompt[0, 0])}
     if hasattr(type(model), "_check_decoder_input_ids"):
         return GenerateInputs(dict(tensors), 1, start, sequence_key="decoder_input_ids", carried=tuple(tensors))
-    return GenerateInputs({**tensors, "decoder_input_ids": prompt}, prompt.shape[1], start, sequence_key="decoder_input_ids",
-                          carried=tuple(tensors))
+    given = GenerateInputs({**tensors, "decoder_input_ids": prompt}, prompt.shape[1], start, sequence_key="decoder_input_ids",
+                           carried=tuple(tensors))
+    padded = _padded_encoder_batch(model, tensors)
+    return replace(given, padded=replace(given, kwargs={**given.kwargs, **padded}, padded=None)) if padded else given
+
+
+#: Positions the last row of a padded encoder batch leaves to padding (of the encoder input's, one fewer than the prompt).
+ENCODER_PADDING = 2
+
+
+def _padded_encoder_batch(model: Model, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+    """The text encoder input as a tokenizer pads a batch: the last row ``ENCODER_PADDING`` tokens shorter, its tail the
+    pad id with a 0 mask (``None`` for other encoder inputs, a config without a pad id, or a one-row batch)."""
+    ids = tensors.get("input_ids")
+    pad = getattr(model.config, "pad_token_id", None)
+    if set(tensors) != {"input_ids"} or ids is None or pad is None or ids.shape[0] < 2 or ids.shape[1] <= ENCODER_PADDING:
+        return None
+    ids, mask = ids.clone(), torch.ones_like(ids)
+    ids[-1, -ENCODER_PADDING:], mask[-1, -ENCODER_PADDING:] = int(pad), 0
+    return {"input_ids": ids, "attention_mask": mask}
 
 
 def assisted_inputs(model: Model, plan: ProbePlan, length: int) -> AssistedInputs:

@@ -32,6 +32,10 @@ class GenerateInputs:
     ``MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL``), whose ids hold no placeholders (LLaVA raises "Image features and image
     tokens do not match" on every 5.x release; 4.57 passed them at cache position 0 only)."""
 
+    padded: GenerateInputs | None = None
+    """The same prompt as a tokenizer pads a batch of unequal rows, where the family has such a form (an encoder-decoder's
+    text encoder input: its last row shorter, right-padded, masked); the chunked generate() takes it."""
+
     def continued(self, sequences: torch.Tensor) -> dict[str, Any]:
         """The arguments of a ``generate()`` call continued from the cache a call on these inputs returned ``sequences`` with."""
         kwargs = {key: self.kwargs[key] for key in self.carried}
