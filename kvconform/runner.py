@@ -142,7 +142,7 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
     from kvconform.probe.window import windows_of
 
     record, inputs = probe.record, probe.generate_inputs
-    runs = {"generate": lambda: run_generate(model, inputs, plan.decode_steps, plan.cache),
+    runs = {"generate": lambda: run_generate(model, inputs, plan.decode_steps, plan.cache, keep_logits=plan.calls),
             "beam": lambda: run_beam(model, plan, inputs),
             "assisted": lambda: run_assisted(model, plan, windows=windows_of(self_attention_geometry(model.config)[0]),
                                              inputs_for=assisted_inputs)}
@@ -161,6 +161,8 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
         generated = record.generate if record.generate is not None and record.generate.error is None else None
         record.calls = run_calls(model, plan, generated, inputs)
         record.timings["calls_s"] = time.perf_counter() - start
+        if generated is not None:
+            generated.cached_logits = None  # used: the record outlives the cell
     chunked = record.chunked
     if chunked is not None and chunked.steps and plan.cache == "dynamic" and inputs is not None:  # the path users run
         from kvconform.probe.chunked import run_chunked_generate

@@ -111,7 +111,7 @@ class GenerateRecord:
     error: str | None = None
     """Set when ``generate()`` itself raised; the other checks still read the decode loop."""
     cached_logits: torch.Tensor | None = field(default=None, repr=False, compare=False)
-    """The cached run's raw logits ``[steps, B, V]`` (``output_logits``), for the calls after it (not reported)."""
+    """The cached run's raw logits ``[steps, B, V]`` (``output_logits``) while the calls after it need them (not reported)."""
 
 
 @dataclass
@@ -295,7 +295,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     generate = None
     if plan.generate:
         start = time.perf_counter()
-        generate = run_generate(model, GenerateInputs.of_ids(prompt), plan.decode_steps, plan.cache)
+        generate = run_generate(model, GenerateInputs.of_ids(prompt), plan.decode_steps, plan.cache, keep_logits=plan.calls)
         timings["generate_s"] = time.perf_counter() - start
     if chunked is not None and chunked.steps and plan.cache == "dynamic":  # the path users run, with generate()'s own cache
         start = time.perf_counter()
@@ -307,6 +307,8 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         start = time.perf_counter()
         calls = run_calls(model, plan, generate if generate is not None and generate.error is None else None)
         timings["calls_s"] = time.perf_counter() - start
+        if generate is not None:
+            generate.cached_logits = None  # used: the record outlives the cell
 
     return ProbeRecord(
         plan=plan,
@@ -501,10 +503,11 @@ def _kv_pairs(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: tor
     return pairs
 
 
-def run_generate(model: Model, inputs: GenerateInputs, steps: int, cache: str = "dynamic") -> GenerateRecord:
-    """Greedy generate with (``cache_implementation`` of ``cache``) and without the cache; where they part, the uncached top-2 margin."""
+def run_generate(model: Model, inputs: GenerateInputs, steps: int, cache: str = "dynamic", keep_logits: bool = False) -> GenerateRecord:
+    """Greedy generate with (``cache_implementation`` of ``cache``) and without the cache; where they part, the uncached top-2
+    margin. ``keep_logits``: keep the cached run's raw logits for the calls after it (their user clears them)."""
     try:
-        runs = _generate_both(model, inputs, steps, cache)
+        runs = _generate_both(model, inputs, steps, cache, keep_logits)
     except Exception as exc:  # noqa: BLE001 - a generate() crash fails the generate check only
         return GenerateRecord([], [], None, None, error=f"{type(exc).__name__}: {exc}"[:500])
     new = inputs.prompt_length
@@ -518,14 +521,16 @@ def run_generate(model: Model, inputs: GenerateInputs, steps: int, cache: str = 
         margin = min(margins[row] for row in rows)
     return GenerateRecord(
         cached_tokens=cached.tolist(), uncached_tokens=uncached.tolist(),
-        first_divergence=first, margin_at_divergence=margin, cached_logits=torch.stack(runs[True].logits),
+        first_divergence=first, margin_at_divergence=margin,
+        cached_logits=torch.stack(runs[True].logits) if keep_logits else None,
     )
 
 
-def _generate_both(model: Model, inputs: GenerateInputs, steps: int, cache: str) -> dict[bool, Any]:
+def _generate_both(model: Model, inputs: GenerateInputs, steps: int, cache: str, keep_logits: bool) -> dict[bool, Any]:
     runs = {}
     for use_cache in (True, False):
-        config = fixed_length_config(model, steps, use_cache, output_scores=True, output_logits=use_cache, return_dict_in_generate=True,
+        config = fixed_length_config(model, steps, use_cache, output_scores=True, output_logits=use_cache and keep_logits,
+                                     return_dict_in_generate=True,
                                      **inputs.config,
                                      **(cache_implementation(cache, model.config) if use_cache else {}))
         runs[use_cache] = model.generate(**inputs.kwargs, generation_config=config)
