@@ -30,7 +30,10 @@
   K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched);
 - ``depth_head_one_codebook_behind``: CSM's depth decoder, on its cached decode calls, picks the codebook head one
   codebook behind (as a cache that counts one position short would make ``codebook_indices``): codebook k >= 2 of every
-  frame is predicted with codebook k-1's head, while the prefill of ``[0, c0]`` and the backbone are untouched.
+  frame is predicted with codebook k-1's head, while the prefill of ``[0, c0]`` and the backbone are untouched;
+- ``coarse_codebook_offset_dropped``: Bark's coarse model, on its cached decode steps, embeds codebook 1's ids without
+  their codebook offset (as codebook 0's entry: id - codebook_size), so the K/V a codebook-1 step writes are another
+  codebook's; its prefill (the semantic window and the coarse history) and the semantic stage are untouched.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache, StaticLayer
+from transformers.models.bark.modeling_bark import BarkCoarseModel
 from transformers.models.csm.modeling_csm import CsmCodebooksHead, CsmDepthDecoderForCausalLM
 from transformers.models.idefics.modeling_idefics import IdeficsModel
 from transformers.models.llava.modeling_llava import LlavaModel
@@ -50,6 +54,7 @@ from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
 from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioForConditionalGeneration
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLForConditionalGeneration, Qwen2VLModel
 
+from kvconform.families.registry import generation_overrides
 from tests.faults import Patch, patched
 
 
@@ -212,6 +217,22 @@ def _depth_head_behind() -> list[Patch]:
     return [(CsmDepthDecoderForCausalLM, "forward", depth_forward), (CsmCodebooksHead, "forward", head_forward)]
 
 
+def _coarse_offset_dropped() -> list[Patch]:
+    original = BarkCoarseModel.forward
+    layout = generation_overrides("bark")  # the tiny model's ids: codebook k's codes from semantic_vocab_size + k * size
+    first, size = int(layout["semantic_config"]["semantic_vocab_size"]), int(layout["codebook_size"])
+
+    @functools.wraps(original)
+    def forward(self: Any, input_ids: Any = None, *args: Any, **kwargs: Any) -> Any:
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        if input_ids is not None and cache is not None and cache.get_seq_length() > 0:  # a decode step
+            second = (input_ids >= first + size) & (input_ids < first + 2 * size)
+            input_ids = torch.where(second, input_ids - size, input_ids)
+        return original(self, input_ids, *args, **kwargs)
+
+    return [(BarkCoarseModel, "forward", forward)]
+
+
 def _reference_window_never_evicts() -> list[Patch]:
     from transformers.models.unlimited_ocr.modeling_unlimited_ocr import UnlimitedOcrDynamicReferenceSlidingWindowLayer as Layer
 
@@ -270,6 +291,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "decode_steps_drop_the_image": _decode_steps_drop_the_image,
     "codebook_reads_another_codebook": _codebook_crossed,
     "depth_head_one_codebook_behind": _depth_head_behind,
+    "coarse_codebook_offset_dropped": _coarse_offset_dropped,
     "reference_window_never_evicts": _reference_window_never_evicts,
     "cross_half_not_reordered": _cross_half_not_reordered,
     "extend_keeps_last_only": _extend_keeps_last_only,

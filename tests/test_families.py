@@ -19,7 +19,7 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "blip-2": VISION_LANGUAGE, "blip": VISION_LANGUAGE, "idefics": VISION_LANGUAGE, "instructblipvideo": VISION_LANGUAGE, "kosmos-2.5": VISION_LANGUAGE,
           "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "csm": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
-          "vibevoice_asr": AUDIO_LANGUAGE}
+          "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO}
 
 
 @pytest.fixture(scope="session")
@@ -381,6 +381,59 @@ def test_a_depth_head_reading_another_codebooks_head_is_caught_and_located(famil
     assert parity.details["failing_codebooks"] == list(range(2, probe.codebook.codebooks)), parity.message
     assert "at prefill" in parity.message and "heads [0, 1] stay within it" in parity.message, parity.message
     assert all(results[name].passed for name in ("parity", "growth", "shapes", "bytes")), "the backbone's cache is right"
+
+
+def test_bark_drives_its_two_causal_stages_on_the_prompts_generate_builds(family_model, healthy):
+    """Bark: the semantic stage's first inputs_embeds and the coarse stage's first window are the ones BarkModel.generate
+    feeds its stages' first forwards (the same text, voice preset and, for the coarse window, the semantic ids the
+    cell's decode chose); the coarse heads are its 2 interleaved codebooks, its cache in the coarse config's geometry."""
+    from kvconform.families.bark import StageConfigs, bark_inputs, coarse_prompt, semantic_prompt
+
+    model = family_model("bark")
+    probe, results = healthy("bark")
+    stages = StageConfigs.of(model)
+    inputs = bark_inputs(stages, 2, 2, torch.device("cpu"))  # the probe's: plan seed 0 + 2
+    first: dict[str, dict[str, torch.Tensor]] = {}
+
+    def keep(name):
+        def hook(module, args, kwargs):
+            first.setdefault(name, {k: v.clone() for k, v in kwargs.items() if isinstance(v, torch.Tensor)})
+        return hook
+
+    handles = [model.semantic.register_forward_pre_hook(keep("semantic"), with_kwargs=True),
+               model.coarse_acoustics.register_forward_pre_hook(keep("coarse"), with_kwargs=True)]
+    try:
+        with torch.inference_mode():
+            model.generate(input_ids=inputs.text, attention_mask=inputs.attention_mask, history_prompt=inputs.history,
+                           do_sample=False, semantic_max_new_tokens=8)
+            embeds = semantic_prompt(model, stages, inputs)
+            semantic_ids = torch.tensor([step.cached_argmax for step in probe.record.steps[:-1]]).T
+            window = coarse_prompt(model, stages, inputs, semantic_ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    torch.testing.assert_close(first["semantic"]["inputs_embeds"], embeds, rtol=0, atol=0)
+    assert torch.equal(first["coarse"]["input_ids"], window), (first["coarse"]["input_ids"], window)
+    assert window.shape == (2, 28) and (window[:, 8] == stages.coarse.coarse_infer_token).all(), "window 8, infer, 19 history ids"
+    assert results["growth"].measured == "9→10→11→12→13→14→15→16→17", "8 text positions + the infer token"
+    parity = results["codebook_parity"]
+    assert parity.passed and parity.message.startswith("coarse stage: every one of the 2 codebook heads"), parity.message
+    assert probe.codebook.stage.record.steps[-1].seq_length == 28 + 8
+    assert "8 semantic ids, 24 coarse ids in 3 windows" in results["codebook_generate"].message, results["codebook_generate"].message
+
+
+def test_a_bark_coarse_codebook_read_as_the_other_is_caught_and_located(family_model):
+    """Bark's coarse decode steps that embed codebook 1's ids as codebook 0's: codebook_parity fails from decode step 2
+    (the first step after a codebook-1 id is fed), located at the coarse cache's layer 0, that id's position; every
+    check of the semantic stage passes."""
+    with planted("coarse_codebook_offset_dropped"):
+        _, results = probe_and_check(family_model("bark"), TEXT_TO_AUDIO)
+    parity = results["codebook_parity"]
+    assert not parity.passed and parity.details["first_failing_step"] == 2, parity.message
+    assert parity.message.startswith("coarse stage: codebook head 0 leaves the uncached pass first, at decode step 2")
+    assert "layer 0, position 29 (keys)" in parity.message, parity.message
+    assert not results["codebook_generate"].passed, results["codebook_generate"].message
+    assert all(results[name].passed for name in ("parity", "growth", "shapes", "bytes")), results
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ from kvconform.families.registry import (
     family_model_types,
     family_overrides,
     forward_defaults,
+    generation_overrides,
     image_encoder_decoder_types,
     published_as,
     text_to_audio_names,
@@ -231,6 +232,8 @@ def build_family(config: PreTrainedConfig, family: str, seed: int) -> PreTrained
     torch.manual_seed(seed)
     model = auto_class(family, config.model_type).from_config(config, dtype=torch.float32)
     break_zero_init(model, seed)
+    for key, value in generation_overrides(config.model_type).items():  # as a checkpoint's generation_config.json sets them
+        setattr(model.generation_config, key, value)
     keep_forward_defaults(model)
     return model.float().eval()
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from kvconform.checks import record_checks as checks
 from kvconform.checks.table import CHECK_TABLE, FAMILY_CHECKS, PATH_CHECKS
 from kvconform.families import CROSS_HALF
-from kvconform.families.probe import CrossHalf, FamilyProbe
+from kvconform.families.probe import CodebookStage, CrossHalf, FamilyProbe
 from kvconform.matrix import Tolerance
 from kvconform.probe.calls import parted_at
 from kvconform.results import CheckResult
@@ -127,11 +127,13 @@ def media_calls(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
 
 def codebook_parity(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
     """Each codebook head's logits (rows ``b * K + k``) within the parity limit at every step; names the first head
-    and step that leave it, and the heads that stay within it."""
+    and step that leave it, and the heads that stay within it. A stage that decodes the heads with a cache of its own
+    (Bark's coarse model) is judged on its own logit scale, and its cache on the growth, shapes and bytes of its config."""
     heads = probe.codebook
     if heads is None:
         raise ValueError("not a codebook-decoder cell: no codebook heads")
-    record, k = probe.record, heads.codebooks
+    stage, k = heads.stage, heads.codebooks
+    record = stage.record if stage is not None else probe.record
     limit = tolerance.limit(record.logit_scale)
     worst = [max(max(step[row] for row in range(head, len(step), k)) for step in heads.row_deltas) for head in range(k)]
     per_head = ", ".join(f"{head}: {delta:.2e}" for head, delta in enumerate(worst))
@@ -142,19 +144,38 @@ def codebook_parity(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
     if depth is not None:
         details["depth_cache"] = depth
         return CheckResult("codebook_parity", False, measured, f"{limit:.2e}", f"{depth}; max |Δlogit| per head {per_head}", details)
+    owner = f"{stage.name}: " if stage is not None else ""
+    cache = _stage_cache_problems(stage) if stage is not None else []
+    if cache:
+        details["stage_cache"] = cache
+        return CheckResult("codebook_parity", False, measured, f"{limit:.2e}", f"{owner}" + "; ".join(cache)
+                           + f"; max |Δlogit| per head {per_head}", details)
     if not failing:
         where = (" (head 0 the backbone's, heads 1..K-1 the depth decoder's, its cache one position per codebook, "
                  "empty every frame)") if heads.depth is not None else ""
-        message = f"every one of the {k} codebook heads within {limit:.2e} at every step{where}; max |Δlogit| per head {per_head}"
+        if stage is not None:
+            where = f" (its own cache grows one position a step, in its config's geometry: {stage.explanation})"
+        message = f"{owner}every one of the {k} codebook heads within {limit:.2e} at every step{where}; max |Δlogit| per head {per_head}"
         return CheckResult("codebook_parity", True, measured, f"{limit:.2e}", message, details)
     step, head = failing[0]
     bad = sorted({h for _, h in failing})
     healthy = [h for h in range(k) if h not in bad]
-    message = (f"codebook head {head} leaves the uncached pass first, at {_when(step)} (delay {heads.delays[head]}); "
+    located = f"; {stage.record.divergence.describe()}" if stage is not None and stage.record.divergence is not None else ""
+    message = (f"{owner}codebook head {head} leaves the uncached pass first, at {_when(step)} (delay {heads.delays[head]}); "
                f"heads {bad} exceed {limit:.2e}" + (f", heads {healthy} stay within it" if healthy else "")
-               + f"; max |Δlogit| per head {per_head}")
+               + f"; max |Δlogit| per head {per_head}{located}")
     details.update(first_failing_step=step, first_failing_codebook=head, failing_codebooks=bad)
+    if located:
+        details["divergence"] = located.removeprefix("; ")
     return CheckResult("codebook_parity", False, measured, f"{limit:.2e}", message, details)
+
+
+def _stage_cache_problems(stage: CodebookStage) -> list[str]:
+    """The codebook stage's own cache against its config's geometry: the core growth, shapes and bytes checks."""
+    results = (checks.growth(stage.record, stage.geometry), checks.shapes(stage.record, stage.geometry, stage.explanation),
+               checks.cache_bytes(stage.record, stage.geometry))
+    problems = [f"{result.name}: {result.message}" for result in results if not result.passed]
+    return ([f"its logits: {stage.record.nonfinite}"] if stage.record.nonfinite else []) + problems
 
 
 def codebook_generate(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:

@@ -134,13 +134,19 @@ def run_generate(model: Model, text: torch.Tensor, new_tokens: int) -> GenerateR
             return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
     cached, uncached = outputs[True].sequences, outputs[False].sequences
     kind = "codes" if not cached.is_floating_point() else "waveform (the codes decoded by the audio codec)"
-    shape = f"{kind} {list(cached.shape)}"
-    scores = [(a.float(), b.float()) for a, b in zip(outputs[True].scores or (), outputs[False].scores or (), strict=False)]
-    comparable = bool(scores) and all(a.shape == b.shape for a, b in scores)
-    finite = [torch.nan_to_num(b, nan=0.0, posinf=0.0, neginf=0.0) for _, b in scores]
+    return compared(described, f"{kind} {list(cached.shape)}", cached, uncached,
+                    list(zip(outputs[True].scores or (), outputs[False].scores or (), strict=False)))
+
+
+def compared(described: str, shape: str, cached: torch.Tensor, uncached: torch.Tensor,
+             scores: list[tuple[torch.Tensor, torch.Tensor]]) -> GenerateRun:
+    """The two runs' outputs and per-step scores (cached, uncached) compared: equal outputs, the max |Δscore|."""
+    pairs = [(a.float(), b.float()) for a, b in scores]
+    comparable = bool(pairs) and all(a.shape == b.shape for a, b in pairs)
+    finite = [torch.nan_to_num(b, nan=0.0, posinf=0.0, neginf=0.0) for _, b in pairs]
     # Scores a logits processor masked to -inf in both runs agree; a NaN or a one-sided inf counts as infinitely apart.
     delta = max(float(torch.where(a == b, 0.0, torch.nan_to_num((a - b).abs(), nan=float("inf"))).max())
-                for a, b in scores) if comparable else None
+                for a, b in pairs) if comparable else None
     scale = max(float(b.abs().max()) for b in finite) if comparable else 0.0
     if cached.shape != uncached.shape:
         return GenerateRun(described, shape, False, f"with the cache {list(cached.shape)}, without {list(uncached.shape)}", delta, scale)

@@ -39,6 +39,12 @@ class Driver:
     """Other per-layer halves of the cache to snapshot every step, by name (the cross-attention half)."""
     constrain: Callable[[torch.Tensor, int], torch.Tensor] | None = None
     """``(tokens [rows, 1], their position) -> tokens``: ids ``generate()`` forces (a codebook delay pattern)."""
+    processor: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    """``(ids so far [rows, S], next-token logits [rows, V]) -> scores``: the logits processors ``generate()`` picks the
+    greedy token through (Bark's suppressed ids, its alternating codebooks)."""
+    head_rows: Callable[[torch.Tensor], torch.Tensor] | None = None
+    """``logits [rows, V] -> [rows * K, V_k]``: each row's logits split into its K codebook heads (Bark's interleaved
+    codebooks are id ranges of one head); ``None``: every row is one head."""
     offset: int = 0
     """Positions the model prepends to the ids (a conditioning prefix): its logits and cache hold them first."""
     after_decode: Callable[[], None] | None = None
@@ -131,7 +137,8 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     snapshot(cache)
     start = time.perf_counter()
     for _ in range(plan.decode_steps):
-        token = _greedy(logits[-1], driver.forbidden)
+        scores = logits[-1] if driver.processor is None else driver.processor(torch.cat(sequence, dim=1), logits[-1].float())
+        token = _greedy(scores, driver.forbidden)
         if driver.constrain is not None:
             token = driver.constrain(token, sum(part.shape[1] for part in sequence))
         sequence.append(token)
@@ -176,7 +183,8 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         divergence=divergence, prefix_instability=unstable, topk_ties=ties, generate=None, timings=timings, paths=paths,
         chunked=chunked,
     )
-    row_deltas = [(step_logits.float() - reference_steps[:, k, :].float()).abs().nan_to_num(nan=float("inf")).amax(-1).tolist()
+    heads = driver.head_rows or (lambda rows: rows)
+    row_deltas = [(heads(step_logits).float() - heads(reference_steps[:, k, :]).float()).abs().nan_to_num(nan=float("inf")).amax(-1).tolist()
                   for k, step_logits in enumerate(logits)]
     return FamilyRun(record, halves, storage, cache, full, row_deltas)
 

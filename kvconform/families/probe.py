@@ -8,6 +8,7 @@ from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.build.models import Model
 from kvconform.families import AUDIO_LANGUAGE, CROSS_HALF, ENCODER_DECODER, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families.audio import audio_inputs
+from kvconform.families.bark import is_bark, probe_bark
 from kvconform.families.codebook import GenerateRun, probe_codebook
 from kvconform.families.decode import FamilyRun
 from kvconform.families.depth_codebooks import DepthTrace, is_depth_codebook_model, probe_depth_codebooks
@@ -38,6 +39,17 @@ class CrossHalf:
 
 
 @dataclass
+class CodebookStage:
+    """A stage whose own cache decodes the codebooks, apart from the cell's main record (Bark's coarse model): its record
+    (rows b * K + k of its steps are the codebook heads) and the geometry its config gives."""
+
+    name: str
+    record: ProbeRecord
+    geometry: CacheGeometry
+    explanation: str
+
+
+@dataclass
 class CodebookHeads:
     """A codebook decoder's rows: row ``b * codebooks + k`` is codebook head ``k`` of batch row ``b``."""
 
@@ -48,6 +60,8 @@ class CodebookHeads:
     generate: GenerateRun
     depth: DepthTrace | None = None
     """A depth decoder's own cache, frame by frame (CSM: heads 1..K-1 are its)."""
+    stage: CodebookStage | None = None
+    """The stage whose cache decodes every head, where the main record is another stage's (Bark: the coarse model)."""
 
 
 @dataclass
@@ -92,6 +106,12 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         )
         inputs = f"encoder: {result.recipe} -> {result.encoder_length} encoder positions"
         return FamilyProbe(result.run.record, geometry, explanation, inputs, cross=cross, generate_inputs=result.generate_inputs)
+    if family == TEXT_TO_AUDIO and is_bark(model):
+        bark = probe_bark(model, plan)
+        geometry, explanation = self_attention_geometry(model.semantic.config)
+        stage = CodebookStage("coarse stage", bark.coarse.record, bark.coarse_geometry, bark.coarse_explanation)
+        heads = CodebookHeads(bark.codebooks, bark.coarse.row_deltas, tuple(range(bark.codebooks)), bark.generate, stage=stage)
+        return FamilyProbe(bark.semantic.record, geometry, f"semantic stage {explanation}", bark.recipe, codebook=heads)
     if family == TEXT_TO_AUDIO and is_depth_codebook_model(model):
         depth = probe_depth_codebooks(model, plan)
         geometry, explanation = self_attention_geometry(config)

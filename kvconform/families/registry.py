@@ -26,6 +26,11 @@ def family_overrides(model_type: str) -> dict[str, Any]:
     return copy.deepcopy((family_table().get("overrides") or {}).get(model_type, {}))
 
 
+def generation_overrides(model_type: str) -> dict[str, Any]:
+    """Generation-config fields a type's checkpoints publish beside their config (``generation_config`` in families.yaml)."""
+    return copy.deepcopy((family_table().get("generation_config") or {}).get(model_type, {}))
+
+
 def image_processor_overrides(model_type: str) -> dict[str, Any]:
     """Constructor arguments of a type's image processor beyond the scaling to the shrunk tower (families.yaml)."""
     return copy.deepcopy((family_table().get("image_processor") or {}).get(model_type, {}))
