@@ -30,7 +30,10 @@
   K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched);
 - ``depth_head_one_codebook_behind``: CSM's depth decoder, on its cached decode calls, picks the codebook head one
   codebook behind (as a cache that counts one position short would make ``codebook_indices``): codebook k >= 2 of every
-  frame is predicted with codebook k-1's head, while the prefill of ``[0, c0]`` and the backbone are untouched.
+  frame is predicted with codebook k-1's head, while the prefill of ``[0, c0]`` and the backbone are untouched;
+- ``frame_one_behind``: Kyutai speech-to-text's one-position forwards (decode steps) embed the codec frame of the
+  position before theirs (the frame the call before carried at its last position) beside their text id; a forward over
+  several positions (the prefill, the uncached pass) is untouched.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import torch
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache, StaticLayer
 from transformers.models.csm.modeling_csm import CsmCodebooksHead, CsmDepthDecoderForCausalLM
 from transformers.models.idefics.modeling_idefics import IdeficsModel
+from transformers.models.kyutai_speech_to_text.modeling_kyutai_speech_to_text import KyutaiSpeechToTextEmbeddings
 from transformers.models.llava.modeling_llava import LlavaModel
 from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
 from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
@@ -258,6 +262,20 @@ def _static_copy_shares_storage() -> list[Patch]:
     return [(StaticLayer, "__deepcopy__", deepcopy)]
 
 
+def _frame_one_behind() -> list[Patch]:
+    original = KyutaiSpeechToTextEmbeddings.forward
+    last: dict[str, torch.Tensor] = {}
+
+    def forward(self: Any, input_ids: torch.Tensor) -> torch.Tensor:
+        fed = input_ids
+        if input_ids.shape[1] == 1 and "frame" in last and last["frame"].shape[0] == input_ids.shape[0]:
+            fed = torch.cat([input_ids[..., :1], last["frame"]], dim=-1)
+        last["frame"] = input_ids[:, -1:, 1:].clone()
+        return original(self, fed)
+
+    return [(KyutaiSpeechToTextEmbeddings, "forward", forward)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_grows": lambda: _cross_cache_patch(short=False),
     "cross_recomputed_short": lambda: _cross_cache_patch(short=True),
@@ -274,6 +292,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_half_not_reordered": _cross_half_not_reordered,
     "extend_keeps_last_only": _extend_keeps_last_only,
     "static_copy_shares_storage": _static_copy_shares_storage,
+    "frame_one_behind": _frame_one_behind,
 }
 
 
