@@ -34,12 +34,14 @@ def test_encoder_once(cell, outcome, verdict):
 @pytest.mark.kvconform_check("text_only")
 def test_text_only(cell, outcome, verdict):
     """A text-only prompt on a vision-language model: parity and growth as for a causal LM."""
+    _skip_not_applicable(outcome, "text_only")
     verdict(checks.text_only(outcome.family, cell.tolerance))
 
 
 @pytest.mark.kvconform_check("media_calls")
 def test_media_calls(cell, outcome, verdict):
     """generate() through one instance: text, an image, another image, text again, as requests reach a served model."""
+    _skip_not_applicable(outcome, "media_calls")
     verdict(checks.media_calls(outcome.family, cell.tolerance))
 
 
@@ -53,3 +55,10 @@ def test_codebook_parity(cell, outcome, verdict):
 def test_codebook_generate(cell, outcome, verdict):
     """generate() on the text prompt returns the same codes (MusicGen: waveform) with and without the cache."""
     verdict(checks.codebook_generate(outcome.family, cell.tolerance))
+
+
+def _skip_not_applicable(outcome, name: str) -> None:
+    """Skip with the reason a family check the cell cannot take (``FamilyProbe.not_applicable``)."""
+    reason = outcome.family.not_applicable.get(name) if outcome.family is not None else None
+    if reason is not None:
+        pytest.skip(f"not applicable: {reason}")

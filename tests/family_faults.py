@@ -33,7 +33,10 @@
   frame is predicted with codebook k-1's head, while the prefill of ``[0, c0]`` and the backbone are untouched;
 - ``coarse_codebook_offset_dropped``: Bark's coarse model, on its cached decode steps, embeds codebook 1's ids without
   their codebook offset (as codebook 0's entry: id - codebook_size), so the K/V a codebook-1 step writes are another
-  codebook's; its prefill (the semantic window and the coarse history) and the semantic stage are untouched.
+  codebook's; its prefill (the semantic window and the coarse history) and the semantic stage are untouched;
+- ``frame_one_behind``: Kyutai speech-to-text's one-position forwards (decode steps) embed the codec frame of the
+  position before theirs (the frame the call before carried at its last position) beside their text id; a forward over
+  several positions (the prefill, the uncached pass) is untouched.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from transformers.cache_utils import DynamicLayer, EncoderDecoderCache, StaticLa
 from transformers.models.bark.modeling_bark import BarkCoarseModel
 from transformers.models.csm.modeling_csm import CsmCodebooksHead, CsmDepthDecoderForCausalLM
 from transformers.models.idefics.modeling_idefics import IdeficsModel
+from transformers.models.kyutai_speech_to_text.modeling_kyutai_speech_to_text import KyutaiSpeechToTextEmbeddings
 from transformers.models.llava.modeling_llava import LlavaModel
 from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
 from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
@@ -279,6 +283,20 @@ def _static_copy_shares_storage() -> list[Patch]:
     return [(StaticLayer, "__deepcopy__", deepcopy)]
 
 
+def _frame_one_behind() -> list[Patch]:
+    original = KyutaiSpeechToTextEmbeddings.forward
+    last: dict[str, torch.Tensor] = {}
+
+    def forward(self: Any, input_ids: torch.Tensor) -> torch.Tensor:
+        fed = input_ids
+        if input_ids.shape[1] == 1 and "frame" in last and last["frame"].shape[0] == input_ids.shape[0]:
+            fed = torch.cat([input_ids[..., :1], last["frame"]], dim=-1)
+        last["frame"] = input_ids[:, -1:, 1:].clone()
+        return original(self, fed)
+
+    return [(KyutaiSpeechToTextEmbeddings, "forward", forward)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_grows": lambda: _cross_cache_patch(short=False),
     "cross_recomputed_short": lambda: _cross_cache_patch(short=True),
@@ -296,6 +314,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_half_not_reordered": _cross_half_not_reordered,
     "extend_keeps_last_only": _extend_keeps_last_only,
     "static_copy_shares_storage": _static_copy_shares_storage,
+    "frame_one_behind": _frame_one_behind,
 }
 
 

@@ -19,7 +19,7 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "blip-2": VISION_LANGUAGE, "blip": VISION_LANGUAGE, "idefics": VISION_LANGUAGE, "instructblipvideo": VISION_LANGUAGE, "kosmos-2.5": VISION_LANGUAGE,
           "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "csm": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
-          "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO}
+          "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE}
 
 
 @pytest.fixture(scope="session")
@@ -58,7 +58,10 @@ def healthy(family_model):
 
 
 #: The checks a healthy tiny model fails by its own shipped bug (the matrix's strict known failures, with their repros).
-KNOWN_BUGS = {"csm": {"codebook_generate"}}  # tools/repros/csm_uncached_generate_drops_the_text_prompt.py
+KNOWN_BUGS = {"csm": {"codebook_generate"},  # tools/repros/csm_uncached_generate_drops_the_text_prompt.py
+              # Its cache keeps the shrunk sliding window of 4, its mask is full causal: the decode parts from the uncached
+              # pass from the first step past the window (tools/repros/kyutai_speech_to_text_full_mask_over_a_sliding_cache.py).
+              "kyutai_speech_to_text": {"parity"}}
 
 
 @pytest.mark.parametrize("model_type", sorted(MODELS))
@@ -516,3 +519,50 @@ def test_assisted_decoding_runs_through_the_encoder_decoder_adapter(family_model
         faulty = path_checks.assisted(run_assisted(model, plan, windows=[], inputs_for=assisted_inputs), tolerance)
     assert not faulty.passed and "[cache fault] a random assistant of the same architecture" in faulty.message, faulty.message
     assert "where the sequence holds" in faulty.message and "the crop before it left +3 columns" in faulty.message, faulty.message
+
+
+def _kyutai_within_its_window() -> torch.nn.Module:
+    """Kyutai speech-to-text with its sliding window past the cell's 14 positions (the shrink's 4 is crossed, where its
+    full causal mask parts from its sliding cache: KNOWN_BUGS), so its decode is checked on its own."""
+    config = shrink_family_config("kyutai_speech_to_text", AUDIO_LANGUAGE)
+    config.sliding_window = config.max_position_embeddings
+    return build_family(config, AUDIO_LANGUAGE, seed=0)
+
+
+def test_a_streaming_model_gets_each_positions_codec_frame(healthy):
+    """Kyutai speech-to-text: its feature extractor's waveform through its codec as generate() encodes it, position p
+    fed frame p - 1 beside its text id; the text-only and media_calls checks are not applicable (no text-only prompt)."""
+    from kvconform.families.streaming_codes import streamed_audio, with_frames
+
+    probe, results = healthy("kyutai_speech_to_text")
+    assert "KyutaiSpeechToTextFeatureExtractor()" in probe.inputs and "input_ids [B, S, 1 + 32]" in probe.inputs, probe.inputs
+    assert results["growth"].passed and results["shapes"].passed and "text_only" not in results and "media_calls" not in results
+    assert set(probe.not_applicable) == {"text_only", "media_calls"}
+    model = _kyutai_within_its_window()
+    audio = streamed_audio(model, 2, 6, seed=0)
+    seen: list[torch.Tensor] = []
+    hook = model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(kwargs["input_ids"]), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            out = model.generate(**audio.features, max_new_tokens=4)
+    finally:
+        hook.remove()
+    fed = torch.cat(seen, dim=1)
+    assert torch.equal(fed, with_frames(out[:, :fed.shape[1]], 0, audio.frames, model.config.audio_bos_token_id)), \
+        "the cell feeds the frames generate() feeds"
+
+
+def test_a_decode_step_fed_the_frame_of_another_position_is_caught_and_located():
+    """Decode steps that embed the previous position's codec frame: parity fails from decode step 1, located at layer 0
+    at the first decoded position; every other check of the cell passes (within its window it is healthy)."""
+    model = _kyutai_within_its_window()
+    _, healthy_results = probe_and_check(model, AUDIO_LANGUAGE)
+    assert all(r.passed for r in healthy_results.values()), {n: r.message for n, r in healthy_results.items() if not r.passed}
+    with planted("frame_one_behind"):
+        probe, results = probe_and_check(model, AUDIO_LANGUAGE)
+    failed = {name for name, result in results.items() if not result.passed}
+    assert failed == {"parity"}, {name: results[name].message for name in failed}
+    prompt = probe.record.plan.prompt_length
+    message = results["parity"].message
+    assert "from decode step 1" in message or "at decode step 1" in message, message
+    assert f"layer 0, position {prompt} (keys)" in message, message

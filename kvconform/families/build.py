@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
-from kvconform.build.synthetic import SIZES, break_zero_init, default_config, merge_overrides, shrink_values
+from kvconform.build.synthetic import SIZES, ZERO_INIT_STD, break_zero_init, default_config, merge_overrides, shrink_values
 from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families.registry import (
     audio_language_names,
@@ -234,8 +234,27 @@ def build_family(config: PreTrainedConfig, family: str, seed: int) -> PreTrained
     break_zero_init(model, seed)
     for key, value in generation_overrides(config.model_type).items():  # as a checkpoint's generation_config.json sets them
         setattr(model.generation_config, key, value)
+    _seed_codebooks(model, seed)
     keep_forward_defaults(model)
     return model.float().eval()
+
+
+def _seed_codebooks(model: PreTrainedModel, seed: int) -> None:
+    """Seeded noise for a codec's all-zero vector-quantizer codebooks.
+
+    Mimi keeps its codebooks as buffers (``MimiEuclideanCodebook.embed_sum``, learned in trained checkpoints such as
+    kyutai/mimi), zeros in a random build (modeling_mimi.py:1140): every distance ties, so every frame of any waveform
+    encodes to code 0 in every codebook and a cell streaming codes beside its text (Kyutai speech-to-text) would feed the
+    same frame at every position. Noise of the scale ``break_zero_init`` gives zero weights.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            codebook = getattr(module, "embed_sum", None)
+            if isinstance(codebook, torch.Tensor) and codebook.is_floating_point() and not codebook.any():
+                codebook.copy_(torch.randn(codebook.shape, generator=generator) * ZERO_INIT_STD)
+                if hasattr(module, "_embed"):
+                    module._embed = None  # its cached embed = embed_sum / cluster_usage
 
 
 def keep_forward_defaults(model: PreTrainedModel) -> None:

@@ -229,4 +229,4 @@ def run_all_family(probe: FamilyProbe, family: str, tolerance: Tolerance) -> dic
     return {check.name: run_family_check(check.name, probe, tolerance) if check.name in FAMILY_CHECKS
             else checks.run_check(check.name, probe.record, probe.geometry, probe.explanation, tolerance)
             for check in CHECK_TABLE if family in check.families and (check.caches is None or cache in check.caches)
-            and (check.name not in paths or checks.ran(check.name, probe.record))}
+            and (check.name not in paths or checks.ran(check.name, probe.record)) and check.name not in probe.not_applicable}

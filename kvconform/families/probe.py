@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.build.models import Model
@@ -17,11 +17,19 @@ from kvconform.families.geometry import cross_attention_geometry, self_attention
 from kvconform.families.inputs import image_inputs
 from kvconform.families.media_calls import GenerateCall
 from kvconform.families.multimodal import probe_multimodal
+from kvconform.families.streaming_codes import is_streaming_codes_model, probe_streaming_codes
 from kvconform.probe.decode import ProbePlan, ProbeRecord
 from kvconform.probe.generate_inputs import GenerateInputs
 
 #: Per decoder-only multimodal family: (its media per row, the noun its placeholders are named by).
 MEDIA = {VISION_LANGUAGE: (image_inputs, "image"), AUDIO_LANGUAGE: (audio_inputs, "audio")}
+#: The multimodal checks a streaming model (codec frames beside every text position) cannot take, and why.
+STREAMING_NOT_APPLICABLE = {
+    "text_only": "a streaming model has no text-only prompt: every text position carries a codec frame, and its "
+                 "generate() reads input_values to make them (modeling_kyutai_speech_to_text.py:736-739, :826-858)",
+    "media_calls": "a streaming model's generate() takes only the audio (its text starts at bos_token_id), so there is "
+                   "no text-only call to bracket the audio calls with; the generate and beam paths give it the audio",
+}
 
 
 @dataclass
@@ -80,6 +88,8 @@ class FamilyProbe:
     codebook: CodebookHeads | None = None
     generate_inputs: GenerateInputs | None = None
     """The cell's prompt as ``generate()`` takes it: what the one generate and beam paths are given (the adapter)."""
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    """Family checks the cell cannot take, each with the reason (the suites skip them, ``run_all_family`` leaves them out)."""
 
 
 def _half_record(run: FamilyRun, name: str) -> ProbeRecord:
@@ -90,6 +100,10 @@ def _half_record(run: FamilyRun, name: str) -> ProbeRecord:
 def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     """Probe ``model`` as a cell of ``family`` (vision- or audio-language, or encoder-decoder)."""
     config = model.config
+    if family == AUDIO_LANGUAGE and is_streaming_codes_model(model):
+        streaming = probe_streaming_codes(model, plan)
+        return FamilyProbe(streaming.run.record, cache_geometry(config), f"{explain(config)}; inputs: {streaming.recipe}",
+                           streaming.recipe, generate_inputs=streaming.generate_inputs, not_applicable=STREAMING_NOT_APPLICABLE)
     if family in MEDIA:
         make, noun = MEDIA[family]
         run = probe_multimodal(model, plan, make, noun)
