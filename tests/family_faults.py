@@ -30,7 +30,10 @@
   K/V each step writes hold codebook 0's entry where codebook 1's belongs (the prefill is untouched);
 - ``depth_head_one_codebook_behind``: CSM's depth decoder, on its cached decode calls, picks the codebook head one
   codebook behind (as a cache that counts one position short would make ``codebook_indices``): codebook k >= 2 of every
-  frame is predicted with codebook k-1's head, while the prefill of ``[0, c0]`` and the backbone are untouched.
+  frame is predicted with codebook k-1's head, while the prefill of ``[0, c0]`` and the backbone are untouched;
+- ``talker_reads_the_next_reply_embedding``: Qwen2.5-Omni's talker decode steps add the thinker reply embedding one
+  position ahead (the reply part handed to the step loses its first entry while others remain), so every decoded codec
+  position pairs with the next reply token's thinker state; the prefill is untouched.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from transformers.models.idefics.modeling_idefics import IdeficsModel
 from transformers.models.llava.modeling_llava import LlavaModel
 from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
 from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
+from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniTalkerForConditionalGeneration
 from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioForConditionalGeneration
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLForConditionalGeneration, Qwen2VLModel
 
@@ -212,6 +216,18 @@ def _depth_head_behind() -> list[Patch]:
     return [(CsmDepthDecoderForCausalLM, "forward", depth_forward), (CsmCodebooksHead, "forward", head_forward)]
 
 
+def _talker_reply_ahead() -> list[Patch]:
+    original = Qwen2_5OmniTalkerForConditionalGeneration.forward
+
+    @functools.wraps(original)
+    def forward(self: Any, *args: Any, inputs_embeds: Any = None, thinker_reply_part: Any = None, **kwargs: Any) -> Any:
+        if inputs_embeds is None and thinker_reply_part is not None and thinker_reply_part.shape[1] > 1:  # a decode step
+            thinker_reply_part = thinker_reply_part[:, 1:]
+        return original(self, *args, inputs_embeds=inputs_embeds, thinker_reply_part=thinker_reply_part, **kwargs)
+
+    return [(Qwen2_5OmniTalkerForConditionalGeneration, "forward", forward)]
+
+
 def _reference_window_never_evicts() -> list[Patch]:
     from transformers.models.unlimited_ocr.modeling_unlimited_ocr import UnlimitedOcrDynamicReferenceSlidingWindowLayer as Layer
 
@@ -270,6 +286,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "decode_steps_drop_the_image": _decode_steps_drop_the_image,
     "codebook_reads_another_codebook": _codebook_crossed,
     "depth_head_one_codebook_behind": _depth_head_behind,
+    "talker_reads_the_next_reply_embedding": _talker_reply_ahead,
     "reference_window_never_evicts": _reference_window_never_evicts,
     "cross_half_not_reordered": _cross_half_not_reordered,
     "extend_keeps_last_only": _extend_keeps_last_only,
