@@ -37,6 +37,9 @@
 - ``frame_one_behind``: Kyutai speech-to-text's one-position forwards (decode steps) embed the codec frame of the
   position before theirs (the frame the call before carried at its last position) beside their text id; a forward over
   several positions (the prefill, the uncached pass) is untouched.
+- ``talker_reads_the_next_reply_embedding``: Qwen2.5-Omni's talker decode steps add the thinker reply embedding one
+  position ahead (the reply part handed to the step loses its first entry while others remain), so every decoded codec
+  position pairs with the next reply token's thinker state; the prefill is untouched.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from transformers.models.kyutai_speech_to_text.modeling_kyutai_speech_to_text im
 from transformers.models.llava.modeling_llava import LlavaModel
 from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
 from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
+from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniTalkerForConditionalGeneration
 from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioForConditionalGeneration
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLForConditionalGeneration, Qwen2VLModel
 
@@ -235,6 +239,16 @@ def _coarse_offset_dropped() -> list[Patch]:
         return original(self, input_ids, *args, **kwargs)
 
     return [(BarkCoarseModel, "forward", forward)]
+def _talker_reply_ahead() -> list[Patch]:
+    original = Qwen2_5OmniTalkerForConditionalGeneration.forward
+
+    @functools.wraps(original)
+    def forward(self: Any, *args: Any, inputs_embeds: Any = None, thinker_reply_part: Any = None, **kwargs: Any) -> Any:
+        if inputs_embeds is None and thinker_reply_part is not None and thinker_reply_part.shape[1] > 1:  # a decode step
+            thinker_reply_part = thinker_reply_part[:, 1:]
+        return original(self, *args, inputs_embeds=inputs_embeds, thinker_reply_part=thinker_reply_part, **kwargs)
+
+    return [(Qwen2_5OmniTalkerForConditionalGeneration, "forward", forward)]
 
 
 def _reference_window_never_evicts() -> list[Patch]:
@@ -310,6 +324,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "codebook_reads_another_codebook": _codebook_crossed,
     "depth_head_one_codebook_behind": _depth_head_behind,
     "coarse_codebook_offset_dropped": _coarse_offset_dropped,
+    "talker_reads_the_next_reply_embedding": _talker_reply_ahead,
     "reference_window_never_evicts": _reference_window_never_evicts,
     "cross_half_not_reordered": _cross_half_not_reordered,
     "extend_keeps_last_only": _extend_keeps_last_only,

@@ -19,7 +19,8 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "blip-2": VISION_LANGUAGE, "blip": VISION_LANGUAGE, "idefics": VISION_LANGUAGE, "instructblipvideo": VISION_LANGUAGE, "kosmos-2.5": VISION_LANGUAGE,
           "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "csm": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
-          "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE}
+          "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE,
+          "qwen2_5_omni": TEXT_TO_AUDIO}
 
 
 @pytest.fixture(scope="session")
@@ -61,7 +62,8 @@ def healthy(family_model):
 KNOWN_BUGS = {"csm": {"codebook_generate"},  # tools/repros/csm_uncached_generate_drops_the_text_prompt.py
               # Its cache keeps the shrunk sliding window of 4, its mask is full causal: the decode parts from the uncached
               # pass from the first step past the window (tools/repros/kyutai_speech_to_text_full_mask_over_a_sliding_cache.py).
-              "kyutai_speech_to_text": {"parity"}}
+              "kyutai_speech_to_text": {"parity"},
+              "qwen2_5_omni": {"codebook_generate"}}  # tools/repros/qwen2_5_omni_uncached_generate_feeds_the_talker_whole_sequences.py
 
 
 @pytest.mark.parametrize("model_type", sorted(MODELS))
@@ -437,6 +439,29 @@ def test_a_bark_coarse_codebook_read_as_the_other_is_caught_and_located(family_m
     assert "layer 0, position 29 (keys)" in parity.message, parity.message
     assert not results["codebook_generate"].passed, results["codebook_generate"].message
     assert all(results[name].passed for name in ("parity", "growth", "shapes", "bytes")), results
+def test_a_thinker_talker_decodes_the_talker_with_what_generate_hands_it(healthy):
+    """Qwen2.5-Omni: the talker's codec prompt [mask x 6, pad, bos] with the thinker's embeddings, then one codec id a
+    step plus the thinker reply part (the 3rd and 4th thinker tokens', the text eos and pad, the pad repeated); its geometry from the
+    talker config; generate(use_cache=False) hands the talker other inputs (the known bug)."""
+    probe, results = healthy("qwen2_5_omni")
+    assert "codec prompt [B, 8]" in probe.inputs and "thinker reply part (4 embeddings" in probe.inputs, probe.inputs
+    assert results["growth"].measured == "8→9→10→11→12→13→14→15→16", "6 text + the codec pad and bos, one id a step"
+    assert "talker: H_kv=2" in results["shapes"].message, results["shapes"].message
+    assert results["codebook_parity"].passed and results["parity"].passed
+    generate = results["codebook_generate"]
+    assert "talker codes [2, 16]" in generate.message and "differ" in generate.message, generate.message
+
+
+def test_a_talker_step_reading_the_next_reply_embedding_is_caught_and_located(family_model):
+    """Qwen2.5-Omni talker decode steps that add the thinker reply embedding one position ahead: parity fails from decode
+    step 1, located at layer 0 and the first decoded position; the cache's length, shapes and bytes stay right."""
+    with planted("talker_reads_the_next_reply_embedding"):
+        _, results = probe_and_check(family_model("qwen2_5_omni"), TEXT_TO_AUDIO)
+    parity = results["parity"]
+    assert not parity.passed and not results["codebook_parity"].passed
+    assert "at decode step 1" in results["codebook_parity"].message, results["codebook_parity"].message
+    assert "layer 0, position 8 (keys)" in parity.message, parity.message
+    assert all(results[name].passed for name in ("growth", "shapes", "bytes")), results
 
 
 @pytest.fixture(scope="session")

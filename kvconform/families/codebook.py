@@ -132,10 +132,15 @@ def run_generate(model: Model, text: torch.Tensor, new_tokens: int) -> GenerateR
                                                     output_scores=True, **settings)
         except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
             return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
-    cached, uncached = outputs[True].sequences, outputs[False].sequences
+    return compare_generated(described, outputs[True], outputs[False])
+
+
+def compare_generated(described: str, cached_run: Any, uncached_run: Any) -> GenerateRun:
+    """The two runs' ``sequences`` (codes, or a waveform) and per-step ``scores``, compared."""
+    cached, uncached = cached_run.sequences, uncached_run.sequences
     kind = "codes" if not cached.is_floating_point() else "waveform (the codes decoded by the audio codec)"
     return compared(described, f"{kind} {list(cached.shape)}", cached, uncached,
-                    list(zip(outputs[True].scores or (), outputs[False].scores or (), strict=False)))
+                    list(zip(cached_run.scores or (), uncached_run.scores or (), strict=False)))
 
 
 def compared(described: str, shape: str, cached: torch.Tensor, uncached: torch.Tensor,

@@ -17,6 +17,7 @@ from kvconform.families.geometry import cross_attention_geometry, self_attention
 from kvconform.families.inputs import image_inputs
 from kvconform.families.media_calls import GenerateCall
 from kvconform.families.multimodal import probe_multimodal
+from kvconform.families.omni_talker import is_thinker_talker_model, probe_omni_talker
 from kvconform.families.streaming_codes import is_streaming_codes_model, probe_streaming_codes
 from kvconform.probe.decode import ProbePlan, ProbeRecord
 from kvconform.probe.generate_inputs import GenerateInputs
@@ -131,6 +132,12 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         geometry, explanation = self_attention_geometry(config)
         heads = CodebookHeads(depth.codebooks, depth.run.row_deltas, (0,) * depth.codebooks, depth.generate, depth.trace)
         return FamilyProbe(depth.run.record, geometry, explanation, depth.recipe, codebook=heads)
+    if family == TEXT_TO_AUDIO and is_thinker_talker_model(model):
+        talker = probe_omni_talker(model, plan)
+        talker_config = getattr(config.talker_config, "text_config", None) or config.talker_config
+        heads = CodebookHeads(1, talker.run.row_deltas, (0,), talker.generate)
+        return FamilyProbe(talker.run.record, cache_geometry(talker_config), f"talker: {explain(talker_config)}",
+                           talker.recipe, codebook=heads)
     if family == TEXT_TO_AUDIO:
         codes = probe_codebook(model, plan)
         geometry, explanation = self_attention_geometry(config)

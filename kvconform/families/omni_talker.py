@@ -1,0 +1,209 @@
+"""Thinker-talker models (Qwen2.5-Omni): the talker's codec decode, fed what the model's own generate() hands it.
+
+``Qwen2_5OmniForConditionalGeneration`` has no forward; its ``generate()`` (modeling_qwen2_5_omni.py:3805-4060) runs
+the thinker on the prompt, builds the talker's inputs from the thinker's hidden states and token embeddings, and calls
+``talker.generate()`` with them. The cell:
+
+- runs that ``generate()`` once and takes the talker's call as it is made (:4022-4030): the codec prompt
+  ``[mask x P, pad, bos]``, ``inputs_embeds`` (the thinker's prompt states plus embeddings, the speaker's text-bos
+  embedding, the first reply token's), ``input_text_ids`` (its rope index) and ``thinker_reply_part`` (one thinker
+  state plus embedding per later reply token, then the text eos and pad embeddings). The thinker's own text decode is
+  the image-text-to-text sweep's cell (qwen2_5_omni_thinker) and is not repeated here;
+- prefills the talker's cache with them, then feeds each greedy codec id (the codec bos suppressed, as generate()'s
+  ``suppress_tokens``) with the reply part the previous call returned, as generate() carries it
+  (``_update_model_kwargs_for_generation``, :2471-2485): the forward adds its first embedding to the codec id's and
+  returns the rest (:2432-2436), so once the reply is spent its last (the text pad) repeats;
+- compares every step with ONE uncached talker pass over the same final inputs: the prompt's embeddings with the
+  codec pad and bos embeddings added at its last two positions (what the prefill adds, :2413-2418), then each decoded
+  id's codec embedding plus its step's reply embedding, at positions 0..S-1 (a text-only prompt's rope index,
+  rope_deltas 0, :2401-2420).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from kvconform.build.models import Model
+from kvconform.compat import cache_keyword
+from kvconform.families.codebook import GenerateRun, compare_generated
+from kvconform.families.decode import Driver, FamilyRun, drive
+from kvconform.families.inputs import special_token_ids, text_ids
+from kvconform.probe.cache_io import seq_length
+from kvconform.probe.decode import ProbePlan
+from kvconform.probe.forwards import Forwards, fed_back
+
+#: Text tokens the thinker generates: the talker's prompt ends with the 2nd one's state, its reply part holds the 3rd and
+#: 4th's then the text eos and pad embeddings, so a cell's 8 decode steps read every reply embedding, then the pad repeated.
+THINKER_TOKENS = 4
+#: The speaker the cell registers where the model has none (``from_pretrained`` loads them from the checkpoint's
+#: spk_dict.pt, modeling_qwen2_5_omni.py:3784-3800; a model built from a config has no speaker, and generate() refuses).
+SPEAKER = "Chelsie"
+#: Frames of the speaker's reference mel (only token2wav reads it).
+REFERENCE_FRAMES = 30
+
+
+def is_thinker_talker_model(model: Model) -> bool:
+    """Whether ``model`` speaks through a talker fed by a thinker (Qwen2.5-Omni)."""
+    return hasattr(model, "thinker") and hasattr(model, "talker") and hasattr(model, "speaker_map")
+
+
+def _speaker(model: Model) -> str:
+    """A speaker ``generate()`` accepts: the checkpoint's first, else one registered with the talker config's text-start
+    id as its text bos (spk_dict.pt's own ids are the checkpoint's) and a silent conditioning for token2wav."""
+    if model.speaker_map:
+        return str(next(iter(model.speaker_map)))
+    dit = model.config.token2wav_config.dit_config
+    model.speaker_map[SPEAKER] = {"bos_token": int(model.config.talker_config.tts_text_start_token_id),
+                                  "cond": torch.zeros(1, int(dit.enc_emb_dim)),
+                                  "ref_mel": torch.zeros(1, REFERENCE_FRAMES, int(dit.mel_dim))}
+    return SPEAKER
+
+
+def generate_settings(model: Model, text: torch.Tensor, steps: int) -> dict[str, Any]:
+    """``generate()``'s arguments: the text prompt with the processor's attention mask, greedy thinker and talker, the
+    talker's eos ids of its signature (8292, 8294: the 7B talker's codec pad and end ids) in the model's own config."""
+    talker = model.config.talker_config
+    return {"input_ids": text, "attention_mask": torch.ones_like(text), "speaker": _speaker(model),
+            "thinker_max_new_tokens": THINKER_TOKENS, "thinker_do_sample": False, "talker_max_new_tokens": steps,
+            "talker_do_sample": False, "talker_eos_token_id": [int(talker.tts_codec_pad_token_id), int(talker.tts_codec_end_token_id)]}
+
+
+class _Called(Exception):
+    """Raised by the stand-in ``talker.generate`` once it has kept its arguments."""
+
+
+def _through_talker(model: Model, settings: dict[str, Any], talker_generate: Callable[..., Any]) -> Any:
+    """``model.generate(**settings)`` with ``talker_generate`` in place of the talker's own ``generate``."""
+    model.talker.generate = talker_generate
+    try:
+        with torch.inference_mode():
+            return model.generate(**settings)
+    finally:
+        del model.talker.generate
+
+
+def talker_call(model: Model, settings: dict[str, Any]) -> dict[str, Any]:
+    """The arguments ``generate()`` calls ``talker.generate`` with (tensors cloned before the talker runs)."""
+    kept: dict[str, Any] = {}
+
+    def keep(**call: Any) -> Any:
+        kept.update({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in call.items()})
+        raise _Called
+
+    try:
+        _through_talker(model, settings, keep)
+    except _Called:
+        pass
+    if not kept:
+        raise RuntimeError(f"{type(model).__name__}.generate() returned without calling its talker")
+    return kept
+
+
+def _driver(model: Model, call: dict[str, Any]) -> Driver:
+    talker = model.talker
+    keyword = cache_keyword(talker)
+    prompt, reply = call["input_ids"], call["thinker_reply_part"]
+    codec = talker.get_input_embeddings()
+    carried = {"reply": reply}
+
+    def mask(length: int) -> torch.Tensor:
+        return torch.ones(prompt.shape[0], length, dtype=torch.long, device=prompt.device)
+
+    def forward(cache: Any, **inputs: Any) -> tuple[Any, Any]:
+        return fed_back(talker(use_cache=True, **inputs, **({keyword: cache} if cache is not None else {})), cache)
+
+    def whole(ids: torch.Tensor) -> dict[str, Any]:
+        """The talker's inputs over ``ids`` from the start as one call: the embeddings each step adds, positions 0..S-1."""
+        embeds = call["inputs_embeds"].clone()
+        embeds[:, -1] += codec(torch.tensor([talker.codec_bos_token], device=embeds.device))[0]
+        embeds[:, -2] += codec(torch.tensor([talker.codec_pad_token], device=embeds.device))[0]
+        decoded = ids[:, prompt.shape[1]:]
+        steps = torch.arange(decoded.shape[1], device=ids.device).clamp(max=reply.shape[1] - 1)
+        embeds = torch.cat([embeds, codec(decoded) + reply[:, steps]], dim=1)
+        positions = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+        return {"inputs_embeds": embeds, "position_ids": positions, "attention_mask": mask(ids.shape[1])}
+
+    def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        if ids.shape[1] != prompt.shape[1]:  # a fresh pass over a decoded sequence (the localization)
+            return forward(cache, **whole(ids))
+        cache, output = forward(cache, inputs_embeds=call["inputs_embeds"].clone(), attention_mask=mask(ids.shape[1]),
+                                input_text_ids=call["input_text_ids"], thinker_reply_part=reply)
+        carried["reply"] = output.thinker_reply_part
+        return cache, output
+
+    def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
+        if ids.shape[1] != 1:
+            raise ValueError("a talker decode step feeds one codec id (its forward adds one reply embedding)")
+        cache, output = forward(cache, input_ids=ids, attention_mask=mask((seq_length(cache) or 0) + 1),
+                                input_text_ids=call["input_text_ids"], thinker_reply_part=carried["reply"])
+        carried["reply"] = output.thinker_reply_part
+        return cache, output
+
+    forwards = Forwards(model=talker, prompt=prompt, start=start, more=more,
+                        reference=lambda ids, keep: talker(use_cache=False, **whole(ids)),
+                        make_cache=lambda kind, length: None, default_cache=lambda: None)
+    return Driver(forwards, forbidden={int(i) for i in call.get("suppress_tokens") or ()})
+
+
+def run_omni_generate(model: Model, settings: dict[str, Any]) -> GenerateRun:
+    """``generate()`` with ``use_cache`` True and False, as a user calls it (token2wav's noise seeded alike): the talker's
+    codes and scores (kept from its own ``generate()``, which returns codes only), the thinker's text, the waveform."""
+    described = ", ".join(f"{k}={v}" for k, v in settings.items() if not isinstance(v, torch.Tensor))
+    talkers, results = {}, {}
+    for use_cache in (True, False):
+        original = model.talker.generate
+
+        def talker_generate(**call: Any) -> Any:
+            talkers[use_cache] = original(**call, return_dict_in_generate=True, output_scores=True)  # noqa: B023
+            return talkers[use_cache].sequences  # noqa: B023
+
+        torch.manual_seed(0)
+        try:
+            results[use_cache] = _through_talker(model, {**settings, "use_cache": use_cache}, talker_generate)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
+            return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
+    run = compare_generated(described, talkers[True], talkers[False])
+    (text, wave), (text_uncached, wave_uncached) = results[True], results[False]
+    if not torch.equal(text, text_uncached):
+        return replace(run, equal=False, detail=f"the thinker's text differs; talker codes: {run.detail}")
+    waves = [wave] if isinstance(wave, torch.Tensor) else list(wave)
+    uncached = [wave_uncached] if isinstance(wave_uncached, torch.Tensor) else list(wave_uncached)
+    if run.equal and not all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(waves, uncached, strict=True)):
+        return replace(run, equal=False, detail="the same codes, but token2wav's waveforms differ")
+    return replace(run, output=f"talker {run.output} and waveform")
+
+
+@dataclass
+class TalkerRun:
+    """The talker's decode run, how its inputs were made and what ``generate()`` did."""
+
+    run: FamilyRun
+    recipe: str
+    generate: GenerateRun
+
+
+def probe_omni_talker(model: Model, plan: ProbePlan) -> TalkerRun:
+    """Take the talker's inputs from one ``generate()``, decode ``plan.decode_steps`` codec ids through its cache,
+    compare with one uncached talker pass; then ``generate()`` with and without the cache."""
+    device = next(p.device for p in model.parameters())
+    thinker = model.config.thinker_config
+    text = text_ids(plan.batch_size, plan.prompt_length, plan.seed + 2, int(thinker.text_config.vocab_size),
+                    special_token_ids(model.config)).to(device)
+    settings = generate_settings(model, text, plan.decode_steps)
+    call = talker_call(model, settings)
+    prompt = call["input_ids"]
+    run = drive(model, replace(plan, prompt_length=prompt.shape[1]), _driver(model, call))
+    reply = call["thinker_reply_part"].shape[1]
+    recipe = (f"text input_ids [B, {plan.prompt_length}] through the thinker ({THINKER_TOKENS} greedy tokens), then the "
+              f"talker: codec prompt [B, {prompt.shape[1]}] with the thinker's inputs_embeds, one codec id a step plus "
+              f"the thinker reply part ({reply} embeddings, the last repeated) as generate() hands it (modeling_qwen2_5_omni.py)")
+    start = time.perf_counter()
+    generated = run_omni_generate(model, settings)
+    run.record.timings["generate_s"] = time.perf_counter() - start
+    return TalkerRun(run, recipe, generated)
+
