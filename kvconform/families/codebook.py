@@ -118,21 +118,24 @@ class GenerateRun:
     error: str | None = None
 
 
-def run_generate(model: Model, text: torch.Tensor, new_tokens: int) -> GenerateRun:
-    """Greedy ``generate()`` on the text prompt with ``use_cache`` True and False, as a user calls it."""
+def run_generate(model: Model, text: torch.Tensor, new_tokens: int, inputs: dict[str, torch.Tensor] | None = None,
+                 settings: dict[str, Any] | None = None) -> GenerateRun:
+    """Greedy ``generate()`` on the text prompt (and ``inputs``, the audio a prompt holds) with ``use_cache`` True and
+    False, as a user calls it; ``settings`` are the model's own greedy ones. A model that returns its codes beside the text
+    ids (Higgs Audio: ``audio_sequences``) is compared on its codes."""
     guidance = GUIDANCE_SCALE.get(model.config.model_type)
     settings = {"do_sample": False, "max_new_tokens": new_tokens, **GREEDY_SETTINGS.get(model.config.model_type, {}),
-                **({"guidance_scale": guidance} if guidance else {})}
+                **({"guidance_scale": guidance} if guidance else {}), **(settings or {})}
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
     outputs = {}
     for use_cache in (True, False):
         try:
             with torch.inference_mode():
                 outputs[use_cache] = model.generate(input_ids=text, use_cache=use_cache, return_dict_in_generate=True,
-                                                    output_scores=True, **settings)
+                                                    output_scores=True, **(inputs or {}), **settings)
         except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
             return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
-    cached, uncached = outputs[True].sequences, outputs[False].sequences
+    cached, uncached = _codes(outputs[True]), _codes(outputs[False])
     kind = "codes" if not cached.is_floating_point() else "waveform (the codes decoded by the audio codec)"
     shape = f"{kind} {list(cached.shape)}"
     scores = [(a.float(), b.float()) for a, b in zip(outputs[True].scores or (), outputs[False].scores or (), strict=False)]
@@ -150,6 +153,12 @@ def run_generate(model: Model, text: torch.Tensor, new_tokens: int) -> GenerateR
     row = int(differ.any(-1).nonzero()[0])
     index = int(differ[row].nonzero()[0])
     return GenerateRun(described, shape, False, f"row {row} first differs at flat index {index} of {differ.shape[1]}", delta, scale)
+
+
+def _codes(output: Any) -> torch.Tensor:
+    """What ``generate()`` returned: the codes beside the text ids where it returns both, else its sequences."""
+    codes = getattr(output, "audio_sequences", None)
+    return codes if isinstance(codes, torch.Tensor) else output.sequences
 
 
 @dataclass
