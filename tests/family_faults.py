@@ -18,6 +18,9 @@
   hand-driven decode (which passes the pixel values) keep the image;
 - ``decode_steps_drop_the_image``: IDEFICS' decode steps attend to no image (their rows of ``image_attention_mask`` zeroed),
   as a generate() that did not carry the mask's last row would run them;
+- ``frame_reads_another_codebooks_table``: Higgs Audio v2's audio-only decode steps look codebook 1's code up in
+  codebook 0's embedding table (its offset in ``HiggsAudioV2Embeddings`` set to codebook 0's), so the K/V each step writes
+  hold another frame embedding (the prefill of text and reference audio is untouched);
 - ``reference_window_never_evicts``: UnlimitedOcr's reference sliding window layers keep every decoded token (their window
   never slides); the mask still attends by the config's window, so the logits stay right and the memory grows;
 - ``cross_half_not_reordered``: an encoder-decoder cache's ``reorder_cache`` moves the self-attention half's rows and
@@ -53,6 +56,7 @@ import torch
 from transformers.cache_utils import DynamicLayer, EncoderDecoderCache, StaticLayer
 from transformers.models.bark.modeling_bark import BarkCoarseModel
 from transformers.models.csm.modeling_csm import CsmCodebooksHead, CsmDepthDecoderForCausalLM
+from transformers.models.higgs_audio_v2.modeling_higgs_audio_v2 import HiggsAudioV2Model
 from transformers.models.idefics.modeling_idefics import IdeficsModel
 from transformers.models.kyutai_speech_to_text.modeling_kyutai_speech_to_text import KyutaiSpeechToTextEmbeddings
 from transformers.models.llava.modeling_llava import LlavaModel
@@ -239,6 +243,8 @@ def _coarse_offset_dropped() -> list[Patch]:
         return original(self, input_ids, *args, **kwargs)
 
     return [(BarkCoarseModel, "forward", forward)]
+
+
 def _talker_reply_ahead() -> list[Patch]:
     original = Qwen2_5OmniTalkerForConditionalGeneration.forward
 
@@ -249,6 +255,24 @@ def _talker_reply_ahead() -> list[Patch]:
         return original(self, *args, inputs_embeds=inputs_embeds, thinker_reply_part=thinker_reply_part, **kwargs)
 
     return [(Qwen2_5OmniTalkerForConditionalGeneration, "forward", forward)]
+
+
+def _frame_reads_another_table() -> list[Patch]:
+    original = HiggsAudioV2Model.forward
+
+    @functools.wraps(original)
+    def forward(self: Any, input_ids: Any = None, *args: Any, cache: Any = None, **kwargs: Any) -> Any:
+        if input_ids is not None or cache is None or cache.get_seq_length() == 0:  # a prefill or an uncached pass
+            return original(self, input_ids, *args, cache=cache, **kwargs)
+        offsets = self.embed_audio_tokens.audio_tokens_offsets
+        kept = offsets.clone()
+        offsets[1] = offsets[0]
+        try:
+            return original(self, input_ids, *args, cache=cache, **kwargs)
+        finally:
+            offsets.copy_(kept)
+
+    return [(HiggsAudioV2Model, "forward", forward)]
 
 
 def _reference_window_never_evicts() -> list[Patch]:
@@ -325,6 +349,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "depth_head_one_codebook_behind": _depth_head_behind,
     "coarse_codebook_offset_dropped": _coarse_offset_dropped,
     "talker_reads_the_next_reply_embedding": _talker_reply_ahead,
+    "frame_reads_another_codebooks_table": _frame_reads_another_table,
     "reference_window_never_evicts": _reference_window_never_evicts,
     "cross_half_not_reordered": _cross_half_not_reordered,
     "extend_keeps_last_only": _extend_keeps_last_only,

@@ -20,7 +20,7 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "csm": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
           "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE,
-          "qwen2_5_omni": TEXT_TO_AUDIO}
+          "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO}
 
 
 @pytest.fixture(scope="session")
@@ -439,6 +439,8 @@ def test_a_bark_coarse_codebook_read_as_the_other_is_caught_and_located(family_m
     assert "layer 0, position 29 (keys)" in parity.message, parity.message
     assert not results["codebook_generate"].passed, results["codebook_generate"].message
     assert all(results[name].passed for name in ("parity", "growth", "shapes", "bytes")), results
+
+
 def test_a_thinker_talker_decodes_the_talker_with_what_generate_hands_it(healthy):
     """Qwen2.5-Omni: the talker's codec prompt [mask x 6, pad, bos] with the thinker's embeddings, then one codec id a
     step plus the thinker reply part (the 3rd and 4th thinker tokens', the text eos and pad, the pad repeated); its geometry from the
@@ -462,6 +464,48 @@ def test_a_talker_step_reading_the_next_reply_embedding_is_caught_and_located(fa
     assert "at decode step 1" in results["codebook_parity"].message, results["codebook_parity"].message
     assert "layer 0, position 8 (keys)" in parity.message, parity.message
     assert all(results[name].passed for name in ("growth", "shapes", "bytes")), results
+
+
+def test_codebook_frames_inside_a_text_stream_are_decoded_as_generate_decodes_them(healthy, family_model):
+    """Higgs Audio v2: text, a reference audio delayed as its processor writes it, text, then one audio-only frame a step
+    with the stream bos forced in codebooks k >= j of frame j; the hand-driven decode picks the frames generate() picks."""
+    from dataclasses import replace
+
+    from kvconform.families import inline_codebooks
+    from kvconform.families.decode import drive
+
+    probe, results = healthy("higgs_audio_v2")
+    assert "a reference audio of 6 codes as 15 frames [B, 15, 8]" in probe.inputs, probe.inputs
+    assert results["growth"].measured == "33→34→35→36→37→38→39→40→41", "8 + 1 + 15 + 8 + 1 prompt positions, a frame a step"
+    assert len(results["codebook_parity"].details["codebook_max_abs_delta"]) == 8
+    assert "returns the same codes [2, 23, 8]" in results["codebook_generate"].message, "15 reference frames + 8 generated"
+    model = family_model("higgs_audio_v2")
+    plan = ProbePlan(batch_size=2, prompt_length=6, decode_steps=8, seed=0, generate=False)
+    codes = inline_codebooks.inline_layout(model)
+    stream = inline_codebooks._Stream(model, codes, plan, torch.device("cpu"))
+    prompt = stream.prompt.shape[1]
+    run = drive(model, replace(plan, prompt_length=prompt), inline_codebooks._driver(model, codes, stream))
+    decoded = run.full[:, prompt:].reshape(2, 8, -1).transpose(1, 2)  # [B, frames, K]
+    inputs = stream.inputs(stream.prompt)
+    with torch.inference_mode():
+        generated = model.generate(input_ids=inputs.pop("input_ids"), **inputs, do_sample=False, max_new_tokens=9,
+                                   return_dict_in_generate=True).audio_sequences[:, stream.frames:stream.frames + 8]
+    assert torch.equal(decoded, generated)
+    assert (decoded[0] == codes.start).tolist() == [[k >= j for k in range(8)] for j in range(8)], "the delay pattern"
+
+
+def test_a_frame_reading_another_codebooks_embedding_is_caught_and_located(family_model):
+    """Higgs Audio v2 decode steps that look codebook 1's code up in codebook 0's table: parity and every codebook head
+    fail from decode step 1, the K/V localization names layer 0 at the first decoded frame; the cache's size is right."""
+    with planted("frame_reads_another_codebooks_table"):
+        probe, results = probe_and_check(family_model("higgs_audio_v2"), TEXT_TO_AUDIO)
+    prompt = probe.record.plan.prompt_length
+    parity = results["codebook_parity"]
+    assert not results["parity"].passed and not parity.passed
+    assert parity.details["first_failing_step"] == 1 and parity.details["failing_codebooks"] == list(range(8)), parity.message
+    assert f"layer 0, position {prompt} (keys)" in results["parity"].message, results["parity"].message
+    assert not results["codebook_generate"].passed, "generate() with the cache embeds the frames the same wrong way"
+    assert results["growth"].passed and results["shapes"].passed and results["bytes"].passed
 
 
 @pytest.fixture(scope="session")

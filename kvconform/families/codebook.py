@@ -118,26 +118,30 @@ class GenerateRun:
     error: str | None = None
 
 
-def run_generate(model: Model, text: torch.Tensor, new_tokens: int) -> GenerateRun:
-    """Greedy ``generate()`` on the text prompt with ``use_cache`` True and False, as a user calls it."""
+def run_generate(model: Model, text: torch.Tensor, new_tokens: int, inputs: dict[str, torch.Tensor] | None = None,
+                 settings: dict[str, Any] | None = None) -> GenerateRun:
+    """Greedy ``generate()`` on the text prompt (and ``inputs``, the audio a prompt holds) with ``use_cache`` True and
+    False, as a user calls it; ``settings`` are the model's own greedy ones. A model that returns its codes beside the text
+    ids (Higgs Audio: ``audio_sequences``) is compared on its codes."""
     guidance = GUIDANCE_SCALE.get(model.config.model_type)
     settings = {"do_sample": False, "max_new_tokens": new_tokens, **GREEDY_SETTINGS.get(model.config.model_type, {}),
-                **({"guidance_scale": guidance} if guidance else {})}
+                **({"guidance_scale": guidance} if guidance else {}), **(settings or {})}
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
     outputs = {}
     for use_cache in (True, False):
         try:
             with torch.inference_mode():
                 outputs[use_cache] = model.generate(input_ids=text, use_cache=use_cache, return_dict_in_generate=True,
-                                                    output_scores=True, **settings)
+                                                    output_scores=True, **(inputs or {}), **settings)
         except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
             return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
     return compare_generated(described, outputs[True], outputs[False])
 
 
 def compare_generated(described: str, cached_run: Any, uncached_run: Any) -> GenerateRun:
-    """The two runs' ``sequences`` (codes, or a waveform) and per-step ``scores``, compared."""
-    cached, uncached = cached_run.sequences, uncached_run.sequences
+    """The two runs' codes (``sequences``, or ``audio_sequences`` where ``generate()`` returns the codes beside the
+    text ids: Higgs Audio), or a waveform, and their per-step ``scores``, compared."""
+    cached, uncached = _codes(cached_run), _codes(uncached_run)
     kind = "codes" if not cached.is_floating_point() else "waveform (the codes decoded by the audio codec)"
     return compared(described, f"{kind} {list(cached.shape)}", cached, uncached,
                     list(zip(cached_run.scores or (), uncached_run.scores or (), strict=False)))
@@ -161,6 +165,12 @@ def compared(described: str, shape: str, cached: torch.Tensor, uncached: torch.T
     row = int(differ.any(-1).nonzero()[0])
     index = int(differ[row].nonzero()[0])
     return GenerateRun(described, shape, False, f"row {row} first differs at flat index {index} of {differ.shape[1]}", delta, scale)
+
+
+def _codes(output: Any) -> torch.Tensor:
+    """What ``generate()`` returned: the codes beside the text ids where it returns both, else its sequences."""
+    codes = getattr(output, "audio_sequences", None)
+    return codes if isinstance(codes, torch.Tensor) else output.sequences
 
 
 @dataclass

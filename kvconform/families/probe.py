@@ -14,6 +14,7 @@ from kvconform.families.decode import FamilyRun
 from kvconform.families.depth_codebooks import DepthTrace, is_depth_codebook_model, probe_depth_codebooks
 from kvconform.families.encoder_decoder import probe_encoder_decoder
 from kvconform.families.geometry import cross_attention_geometry, self_attention_geometry
+from kvconform.families.inline_codebooks import is_inline_codebook_model, probe_inline_codebooks
 from kvconform.families.inputs import image_inputs
 from kvconform.families.media_calls import GenerateCall
 from kvconform.families.multimodal import probe_multimodal
@@ -138,6 +139,11 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         heads = CodebookHeads(1, talker.run.row_deltas, (0,), talker.generate)
         return FamilyProbe(talker.run.record, cache_geometry(talker_config), f"talker: {explain(talker_config)}",
                            talker.recipe, codebook=heads)
+    if family == TEXT_TO_AUDIO and is_inline_codebook_model(model):
+        inline = probe_inline_codebooks(model, plan)
+        geometry, explanation = self_attention_geometry(config)
+        heads = CodebookHeads(inline.layout.codebooks, inline.run.row_deltas, inline.layout.delays, inline.generate)
+        return FamilyProbe(inline.run.record, geometry, explanation, inline.recipe, codebook=heads)
     if family == TEXT_TO_AUDIO:
         codes = probe_codebook(model, plan)
         geometry, explanation = self_attention_geometry(config)
