@@ -18,6 +18,8 @@ import sys
 import torch
 from transformers import HiggsAudioV2Config, HiggsAudioV2ForConditionalGeneration
 
+TRANSFORMERS = ">=5.4"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
+
 SEED, BATCH, TEXT, FRAMES = 0, 2, 8, 4
 # Small widths, the published codebook layout (8 codebooks of 1024 codes + stream bos/eos: convert_higgs_audio_v2_to_hf.py
 # builds HiggsAudioV2Config(codebook_size=1026)), special ids inside a 256-id vocabulary.

@@ -18,6 +18,8 @@ import sys
 import torch
 from transformers import Qwen2_5OmniConfig, Qwen2_5OmniForConditionalGeneration
 
+TRANSFORMERS = ">=5.15"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
+
 SEED, BATCH, TEXT, THINKER_TOKENS, CODES = 0, 2, 6, 4, 8
 ROPE = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]}
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
