@@ -122,19 +122,24 @@ def test_the_default_matrix_runs_or_excludes_every_family_type() -> None:
     for family, suffix in ID_SUFFIX.items():
         wanted = {f"{model_type}-{suffix}" for model_type in family_model_types(family)}
         run = {m.id for m in matrix.models if m.family == family}
-        assert run | (set(matrix.excluded) & wanted) == wanted, family
+        assert (run & wanted) | (set(matrix.excluded) & wanted) == wanted, family
         assert not run & set(matrix.excluded), family
+        # entries beside the sweep (the -fp8 cells) name types of their family
+        extra = {m.location for m in matrix.models if m.family == family and m.id not in wanted}
+        assert extra <= set(family_model_types(family)), (family, extra)
 
 
 def test_family_cells_run_the_dynamic_and_static_caches_with_their_own_attention_only() -> None:
-    """Of the cache axes a family sweep's cells take the dynamic and static caches (codebook decoders the dynamic one),
-    with the model's own attention: one cell per dtype and cache."""
+    """Of the cache axes a family sweep's cells take the dynamic and static caches (codebook decoders the dynamic one;
+    decoder-only multimodal models the fp8 quantized cache too), with the model's own attention: one cell per dtype and cache."""
     raw: dict[str, Any] = {"caches": ["dynamic", "static", "quantized"], "attentions": ["sdpa", "eager"]}
-    matrix = parse([{"id": "llama", "synthetic": "llama", **raw}, {"sweep": "seq2seq", **raw}, {"sweep": "text-to-audio", **raw}])
+    matrix = parse([{"id": "llama", "synthetic": "llama", **raw}, {"sweep": "seq2seq", **raw}, {"sweep": "text-to-audio", **raw},
+                    {"id": "llava-vl-fp8", "synthetic": "llava", "family": "image-text-to-text", **raw}])
     paths: dict[str, set[tuple[str, str]]] = {}
     for cell in expand_cells(matrix):
         paths.setdefault(cell.spec.id, set()).add((cell.cache, cell.attn))
     assert paths["bart-s2s"] == paths["t5-s2s"] == {("dynamic", "sdpa"), ("static", "sdpa")}
+    assert paths["llava-vl-fp8"] == {("dynamic", "sdpa"), ("static", "sdpa"), ("quantized", "sdpa")}
     assert paths["musicgen-ta"] == {("dynamic", "sdpa")}
     assert paths["llama"] == {("dynamic", "sdpa"), ("dynamic", "eager"), ("static", "sdpa"), ("quantized", "sdpa")}
     # Another attention runs on the dynamic cache only; the report's plan says why the other caches have none.

@@ -56,7 +56,7 @@ def _results(runner: CellRunner, model_type: str, cache: str = "dynamic") -> dic
     runs: the core checks, the generate paths and the family's own."""
     outcome, cell = _outcome(runner, model_type, cache), _cell(model_type, cache)
     results = family_checks.run_all_family(outcome.family, cell.spec.family, cell.tolerance)
-    assert "generate" in results and ("beam" in results) == (cache == "dynamic"), sorted(results)
+    assert ("generate" in results) == (cache != "quantized") and ("beam" in results) == (cache == "dynamic"), sorted(results)
     return results
 
 
@@ -227,3 +227,20 @@ def test_the_cache_paths_run_on_every_family(runner, model_type):
         assert (record.chunked is not None) == encoder_decoder, record.chunked
         failed = {name: results[name].message for name in ran | {"chunked_prefill"} if name in results and not results[name].passed}
         assert _unexplained(model_type, failed) == {}, failed
+
+
+@pytest.mark.parametrize("model_type", ["llava", "qwen2_audio"])
+def test_the_fp8_cache_runs_on_multimodal_cells_judged_by_its_design(runner, model_type):
+    """Vision- and audio-language cells run QuantizedCache(backend="fp8") as generate(cache_implementation="quantized")
+    builds it, judged against its design as causal cells are: healthy, every check passes; a layer that quantizes each
+    new token with its own scale (dequantized with the frozen one) fails quantized_kv, located past the prompt, and parity."""
+    healthy = _results(runner, model_type, "quantized")
+    assert not {name for name, result in healthy.items() if not result.passed}, healthy
+    assert {"quantized_kv", "reorder", "between_calls"} <= healthy.keys() and "fp8 design" in healthy["parity"].message
+    prompt = runner.outcomes[_cell(model_type, "quantized").id].record.plan.prompt_length
+    with planted("fp8_scale_drift"):
+        results = _results(runner, model_type, "quantized")
+    failed = {name: result.message for name, result in results.items() if not result.passed}
+    assert failed.keys() == {"quantized_kv", "parity"}, failed
+    assert f"position {prompt} (keys): the dequantized cache differs from the fp8 design" in failed["quantized_kv"], failed
+

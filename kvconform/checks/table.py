@@ -127,7 +127,7 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
               caches=("dynamic",), attention="other", families=CAUSAL),
     CheckInfo("quantized_kv", "a quantized cache stores what its backend's design stores (fp8: the frozen-scale float8 "
               "round trip; quanto/HQQ: the residual, and packed values that dequantize to the design's)",
-              caches=QUANTIZED_KINDS, families=CAUSAL),
+              caches=QUANTIZED_KINDS, families=(CAUSAL_LM, *MULTIMODAL)),
     CheckInfo("cross_growth", "every cross-attention layer holds the encoder length from the prefill on, never growing",
               families=ENCODER_DECODER),
     CheckInfo("cross_shapes", "cross-attention K/V are [B, H_kv, encoder length, head_dim] with the decoder's heads",

@@ -21,10 +21,11 @@ MULTIMODAL = (VISION_LANGUAGE, AUDIO_LANGUAGE)
 ENCODER_DECODER = (SEQ2SEQ, SPEECH_SEQ2SEQ)
 
 #: The caches a family cell runs, of its settings' (the cache-path axes beyond them are built for causal LMs only): the
-#: static cache, as generate(cache_implementation="static") builds it, for the families whose drivers take a cache.
-#: Codebook decoders keep the dynamic cache (their driver builds none); the quantized cache is judged by its fp8 design,
-#: which only the causal probe computes.
-FAMILY_CACHES = {VISION_LANGUAGE: ("dynamic", "static"), AUDIO_LANGUAGE: ("dynamic", "static"),
+#: static cache, as generate(cache_implementation="static") builds it, for the families whose drivers take a cache; the
+#: fp8 quantized cache where generate() builds one, decoder-only models (it raises for encoder-decoders,
+#: generation/utils.py:2310-2315 in 5.24), judged by its design as causal cells are. Codebook decoders keep the dynamic
+#: cache (their driver builds none).
+FAMILY_CACHES = {VISION_LANGUAGE: ("dynamic", "static", "quantized"), AUDIO_LANGUAGE: ("dynamic", "static", "quantized"),
                  SEQ2SEQ: ("dynamic", "static"), SPEECH_SEQ2SEQ: ("dynamic", "static"), TEXT_TO_AUDIO: ("dynamic",)}
 
 #: Suffix of a family sweep's ids (``t5-s2s``): a model_type can be in several families (bart: causal-lm and seq2seq).

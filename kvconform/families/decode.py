@@ -18,11 +18,14 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
+from kvconform.matrix import QUANTIZED
+from kvconform.probe import fp8_design
 from kvconform.probe.cache_io import cache_layers, seq_length
 from kvconform.probe.decode import ProbePlan, ProbeRecord, StepRecord, run_chunked_path, run_paths
 from kvconform.probe.forwards import Forwards
 from kvconform.probe.kv_compare import Divergence, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
+from kvconform.probe.quantized import QuantizedKVRecord
 from kvconform.probe.reference_health import prefix_instability, topk_ties
 
 
@@ -153,6 +156,13 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     timings["reference_s"] = time.perf_counter() - start
     prompt_length = prompt.shape[1]
     reference_steps = reference[:, driver.offset + prompt_length - 1:, :]
+    quantized = full_precision_delta = None
+    if plan.cache == QUANTIZED:  # judged against the fp8 design, as causal cells are; full precision is a finding
+        start = time.perf_counter()
+        full_precision_delta = max(float((step_logits.float() - reference_steps[:, k, :].float()).abs().max())
+                                   for k, step_logits in enumerate(logits))
+        reference_steps, quantized = _fp8_design_reference(model, forwards, full, prompt_length, cache)
+        timings["design_reference_s"] = time.perf_counter() - start
     steps = [_step_record(k, caches_seen[k], step_logits, reference_steps[:, k, :]) for k, step_logits in enumerate(logits)]
     finite = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     scale = float(finite.abs().max())
@@ -167,7 +177,9 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         unstable = prefix_instability(_Uncached(driver.reference, driver.offset), full, reference[:, driver.offset:],
                                       [prompt_length, full.shape[1] - 1], limit)
         ties = topk_ties(lambda: driver.reference(full))
-        divergence = _locate(driver, cache, full, plan.cache)
+        # A quantized cache is judged by its design: its stored values are the quantized_kv check's (a fresh fp8 pass
+        # calibrates its scale on other tokens, so its K/V are no reference).
+        divergence = _locate(driver, cache, full, plan.cache) if quantized is None else None
         timings["locate_s"] = time.perf_counter() - start
     if driver.after_decode is not None:
         driver.after_decode()
@@ -181,12 +193,26 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         plan=plan, dtype=str(next(model.parameters()).dtype).removeprefix("torch."), cache_class=type(cache).__name__,
         max_cache_len=_max_cache_len(cache, plan.cache), steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
         divergence=divergence, prefix_instability=unstable, topk_ties=ties, generate=None, timings=timings, paths=paths,
-        chunked=chunked,
+        chunked=chunked, quantized=quantized, full_precision_delta=full_precision_delta,
+        reference="the fp8 design reference" if quantized is not None else "the uncached reference",
     )
     heads = driver.head_rows or (lambda rows: rows)
     row_deltas = [(heads(step_logits).float() - heads(reference_steps[:, k, :]).float()).abs().nan_to_num(nan=float("inf")).amax(-1).tolist()
                   for k, step_logits in enumerate(logits)]
     return FamilyRun(record, halves, storage, cache, full, row_deltas)
+
+
+def _fp8_design_reference(model: Model, forwards: Forwards, full: torch.Tensor, prompt_length: int,
+                          cache: Any) -> tuple[torch.Tensor, QuantizedKVRecord]:
+    """The same prefill and decode through ``QuantizedCache(backend="fp8")``'s design on full-precision storage
+    (``probe/fp8_design.py``), given the family's forwards: its logits [B, N+1, V], and the real cache's stored values
+    compared with the design's."""
+    design, output = forwards.cached(full[:, :prompt_length], fp8_design.design_cache(model))
+    logits = [output.logits[:, -1, :]]
+    for position in range(prompt_length, full.shape[1]):
+        design, output = forwards.extend(full[:, position:position + 1], design)
+        logits.append(output.logits[:, -1, :])
+    return torch.stack(logits, dim=1), fp8_design.compare_with_design(cache, design)
 
 
 def _max_cache_len(cache: Any, kind: str) -> int | None:
