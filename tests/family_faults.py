@@ -40,6 +40,9 @@
 - ``frame_one_behind``: Kyutai speech-to-text's one-position forwards (decode steps) embed the codec frame of the
   position before theirs (the frame the call before carried at its last position) beside their text id; a forward over
   several positions (the prefill, the uncached pass) is untouched.
+- ``audio_one_step_behind``: Voxtral Realtime's one-position cached forwards (decode steps) run its audio encoder on the
+  previous text position's audio (the encoder inputs the call before carried at its last position) instead of their own,
+  so each decoded position gets the last time step's audio added; the prefill and the uncached pass are untouched.
 - ``talker_reads_the_next_reply_embedding``: Qwen2.5-Omni's talker decode steps add the thinker reply embedding one
   position ahead (the reply part handed to the step loses its first entry while others remain), so every decoded codec
   position pairs with the next reply token's thinker state; the prefill is untouched.
@@ -65,6 +68,7 @@ from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniTalkerForConditionalGeneration
 from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioForConditionalGeneration
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLForConditionalGeneration, Qwen2VLModel
+from transformers.models.voxtral_realtime.modeling_voxtral_realtime import VoxtralRealtimeModel
 
 from kvconform.families.registry import generation_overrides
 from tests.faults import Patch, patched
@@ -335,6 +339,23 @@ def _frame_one_behind() -> list[Patch]:
     return [(KyutaiSpeechToTextEmbeddings, "forward", forward)]
 
 
+def _audio_one_step_behind() -> list[Patch]:
+    original = VoxtralRealtimeModel.get_audio_features
+    last: dict[str, torch.Tensor] = {}
+
+    def get_audio_features(self: Any, *args: Any, encoder_inputs_embeds: torch.Tensor | None = None, **kwargs: Any):
+        fed = encoder_inputs_embeds
+        factor = self.config.downsample_factor
+        cache = kwargs.get("cache")
+        if fed is not None and fed.shape[1] == factor and cache is not None and cache.get_seq_length() > 0 and "audio" in last:
+            fed = last["audio"]
+        if encoder_inputs_embeds is not None:
+            last["audio"] = encoder_inputs_embeds[:, -factor:].clone()
+        return original(self, *args, encoder_inputs_embeds=fed, **kwargs)
+
+    return [(VoxtralRealtimeModel, "get_audio_features", get_audio_features)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_grows": lambda: _cross_cache_patch(short=False),
     "cross_recomputed_short": lambda: _cross_cache_patch(short=True),
@@ -355,6 +376,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "extend_keeps_last_only": _extend_keeps_last_only,
     "static_copy_shares_storage": _static_copy_shares_storage,
     "frame_one_behind": _frame_one_behind,
+    "audio_one_step_behind": _audio_one_step_behind,
 }
 
 

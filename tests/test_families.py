@@ -20,7 +20,7 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "csm": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
           "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE,
-          "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO}
+          "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO, "voxtral_realtime": AUDIO_LANGUAGE}
 
 
 @pytest.fixture(scope="session")
@@ -635,3 +635,42 @@ def test_a_decode_step_fed_the_frame_of_another_position_is_caught_and_located()
     message = results["parity"].message
     assert "from decode step 1" in message or "at decode step 1" in message, message
     assert f"layer 0, position {prompt} (keys)" in message, message
+
+
+def test_a_streaming_encoder_advances_its_own_cache_beside_the_decoders(healthy, family_model):
+    """Voxtral Realtime: 4 encoder positions a text position through the encoder's own cache, which the growth, shapes
+    and bytes checks hold to the audio config (window 32); the cell feeds the encoder inputs generate() feeds."""
+    from kvconform.families.streaming_encoder import EncoderStream, _audio
+
+    probe, results = healthy("voxtral_realtime")
+    assert set(probe.not_applicable) == {"text_only", "media_calls"} and "text_only" not in results
+    assert "audio encoder cache: cache length 24→28→32→36→40→44→48→52→56" in results["growth"].message, results["growth"].message
+    assert "(window 32): 24→28→31→31" in results["growth"].message, results["growth"].message
+    assert "audio encoder cache: " in results["shapes"].message and "audio encoder cache: " in results["bytes"].message
+    model = family_model("voxtral_realtime")
+    features, _ = _audio(model, 2, 8, seed=0)  # generate() makes no more tokens than the audio has positions
+    stream = EncoderStream(model, features)
+    seen: list[torch.Tensor] = []
+    hook = model.model.audio_tower.register_forward_pre_hook(lambda module, args, kwargs: seen.append(kwargs["inputs_embeds"]),
+                                                             with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model.generate(input_ids=probe.generate_inputs.kwargs["input_ids"], input_features=features, num_delay_tokens=6,
+                           max_new_tokens=2, **probe.generate_inputs.config)
+    finally:
+        hook.remove()
+    assert torch.equal(torch.cat(seen, dim=1), stream.positions(0, 7)), "the cell feeds the encoder inputs generate() feeds"
+
+
+def test_a_decode_step_fed_the_previous_time_steps_audio_is_caught_and_located(family_model):
+    """Decode steps whose encoder runs on the previous text position's audio: parity fails from decode step 1, located in
+    the decoder cache's layer 0 (its sliding window of 4 keeps the last 3 of the 14 positions: 11-13, every one
+    decoded); every other check of the cell passes."""
+    model = family_model("voxtral_realtime")
+    with planted("audio_one_step_behind"):
+        _, results = probe_and_check(model, AUDIO_LANGUAGE)
+    failed = {name for name, result in results.items() if not result.passed}
+    assert failed == {"parity"}, {name: results[name].message for name in failed}
+    message = results["parity"].message
+    assert "at decode step 1" in message and "steps over the limit: [1, 2, 3, 4, 5, 6, 7, 8] of 9" in message, message
+    assert "first K/V divergence at layer 0, position 11 (keys)" in message, message

@@ -7,6 +7,7 @@ which step, which layer, which position, measured vs limit.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -184,9 +185,8 @@ def _kv_delta(delta: KVDelta) -> dict[str, Any]:
 
 def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     """``get_seq_length()`` is P after prefill and P+k after step k; each layer stores what its type keeps."""
-    prompt = record.plan.prompt_length
     trace = [step.seq_length for step in record.steps]
-    expected = [prompt + k for k in range(len(record.steps))]
+    expected = [record.plan.seen(k) for k in range(len(record.steps))]
     measured = "→".join(map(str, trace))
     limit = "→".join(map(str, expected))
     details = {"seq_length_trace": trace, "expected_trace": expected}
@@ -246,7 +246,7 @@ def _recurrent_growth(record: ProbeRecord, limit: str, details: dict[str, Any]) 
 def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> tuple[str, int, int] | None:
     """The first layer storing another length than its type keeps: ``(message, stored, expected)``."""
     for step in record.steps:
-        seen = record.plan.prompt_length + step.step
+        seen = record.plan.seen(step.step)
         for layer, state in zip(geometry.layers, step.layers, strict=False):
             if not layer.keeps_kv or state.keys_shape is None:
                 continue
@@ -276,7 +276,7 @@ def shapes(record: ProbeRecord, geometry: CacheGeometry, explanation: str) -> Ch
             message = f"cache has {len(step.layers)} layers, the config has {len(geometry.layers)} decoder layers"
             figure = Figure(len(step.layers), len(geometry.layers), "layers", "equal")
             return CheckResult("shapes", False, f"{len(step.layers)} layers", f"{len(geometry.layers)} layers", message, details, figure)
-        seen = record.plan.prompt_length + step.step
+        seen = record.plan.seen(step.step)
         for layer, state in zip(geometry.layers, step.layers, strict=False):
             problem = _layer_shape_problem(layer, state, batch, seen, record)
             if problem:
@@ -344,7 +344,7 @@ def cache_bytes(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     batch = record.plan.batch_size
     trace = []
     for step in record.steps:
-        seen = record.plan.prompt_length + step.step
+        seen = record.plan.seen(step.step)
         measured = sum(state.kv_bytes for state in step.layers)
         expected = geometry.expected_bytes(batch, seen, record.max_cache_len, per_value, record.plan.prompt_length) + scales
         trace.append((measured, expected))
@@ -358,7 +358,7 @@ def cache_bytes(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
             figure = Figure(measured, expected, "B", "equal")
             return CheckResult("bytes", False, f"{measured:,} B", f"{expected:,} B", message, {"bytes_trace": trace}, figure)
     measured, expected = trace[-1]
-    message = f"{measured:,} bytes = formula at every step; " + _formula_text(geometry, batch, record.plan.prompt_length + record.steps[-1].step, record, per_value)
+    message = f"{measured:,} bytes = formula at every step; " + _formula_text(geometry, batch, record.plan.seen(record.steps[-1].step), record, per_value)
     figure = Figure(measured, expected, "B", "equal")
     return CheckResult("bytes", True, f"{measured:,} B", f"{expected:,} B", message, {"bytes_trace": trace}, figure)
 
@@ -719,6 +719,20 @@ def _padded_generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
     return generate(record, tolerance, gen, "padded_generate")
 
 
+def _with_own_caches(record: ProbeRecord, geometry: CacheGeometry, explanation: str,
+                     check: Callable[[ProbeRecord, CacheGeometry, str], CheckResult]) -> CheckResult:
+    """``check`` on the record's cache, then on each cache a part of the model keeps of its own (``own_caches``: a
+    streaming audio encoder's), each against its own config: the first that fails fails the check, named."""
+    result = check(record, geometry, explanation)
+    for own in record.own_caches if result.passed else []:
+        theirs = check(own.record, own.geometry, own.explanation)
+        details = {**result.details, own.name: theirs.details}
+        if not theirs.passed:
+            return replace(theirs, name=result.name, message=f"{own.name}: {theirs.message}", details=details)
+        result = replace(result, message=f"{result.message}; {own.name}: {theirs.message}", details=details)
+    return result
+
+
 def _path(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> CheckResult:
     return path_check(record, name, tolerance, geometry)
 
@@ -727,9 +741,11 @@ def _path(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: 
 _RUN: dict[str, Callable[[ProbeRecord, CacheGeometry, str, Tolerance], CheckResult]] = {
     "parity": lambda record, geometry, explanation, tolerance: parity(record, tolerance),
     "kv_parity": lambda record, geometry, explanation, tolerance: kv_parity(record),
-    "growth": lambda record, geometry, explanation, tolerance: growth(record, geometry),
-    "shapes": lambda record, geometry, explanation, tolerance: shapes(record, geometry, explanation),
-    "bytes": lambda record, geometry, explanation, tolerance: cache_bytes(record, geometry),
+    "growth": lambda record, geometry, explanation, tolerance: _with_own_caches(
+        record, geometry, explanation, lambda r, g, e: growth(r, g)),
+    "shapes": lambda record, geometry, explanation, tolerance: _with_own_caches(record, geometry, explanation, shapes),
+    "bytes": lambda record, geometry, explanation, tolerance: _with_own_caches(
+        record, geometry, explanation, lambda r, g, e: cache_bytes(r, g)),
     "generate": lambda record, geometry, explanation, tolerance: generate(record, tolerance),
     **{name: partial(_path, name) for name in PATH_CHECKS},
     "beam": lambda record, geometry, explanation, tolerance: path_checks.beam(record.extras.get("beam"), tolerance, record.logit_scale),

@@ -20,11 +20,19 @@ from kvconform.families.media_calls import GenerateCall
 from kvconform.families.multimodal import probe_multimodal
 from kvconform.families.omni_talker import is_thinker_talker_model, probe_omni_talker
 from kvconform.families.streaming_codes import is_streaming_codes_model, probe_streaming_codes
+from kvconform.families.streaming_encoder import is_streaming_encoder_model, probe_streaming_encoder
 from kvconform.probe.decode import ProbePlan, ProbeRecord
 from kvconform.probe.generate_inputs import GenerateInputs
 
 #: Per decoder-only multimodal family: (its media per row, the noun its placeholders are named by).
 MEDIA = {VISION_LANGUAGE: (image_inputs, "image"), AUDIO_LANGUAGE: (audio_inputs, "audio")}
+#: The multimodal checks a streaming model whose encoder has a cache of its own (Voxtral Realtime) cannot take, and why.
+STREAMING_ENCODER_NOT_APPLICABLE = {
+    "text_only": "a streaming model has no text-only prompt: every text position has its time step's audio added, and its "
+                 "forward refuses a call without input_features or encoder_inputs_embeds (modeling_voxtral_realtime.py:950-951, :962-973)",
+    "media_calls": "a streaming model's generate() takes the audio with every prompt (no text-only call to bracket the "
+                   "audio calls with); the generate and beam paths give it the audio",
+}
 #: The multimodal checks a streaming model (codec frames beside every text position) cannot take, and why.
 STREAMING_NOT_APPLICABLE = {
     "text_only": "a streaming model has no text-only prompt: every text position carries a codec frame, and its "
@@ -106,6 +114,11 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         streaming = probe_streaming_codes(model, plan)
         return FamilyProbe(streaming.run.record, cache_geometry(config), f"{explain(config)}; inputs: {streaming.recipe}",
                            streaming.recipe, generate_inputs=streaming.generate_inputs, not_applicable=STREAMING_NOT_APPLICABLE)
+    if family == AUDIO_LANGUAGE and is_streaming_encoder_model(model):
+        encoder = probe_streaming_encoder(model, plan)
+        encoder.run.record.own_caches.append(encoder.encoder)
+        return FamilyProbe(encoder.run.record, cache_geometry(config), f"{explain(config)}; inputs: {encoder.recipe}", encoder.recipe,
+                           generate_inputs=encoder.generate_inputs, not_applicable=STREAMING_ENCODER_NOT_APPLICABLE)
     if family in MEDIA:
         make, noun = MEDIA[family]
         run = probe_multimodal(model, plan, make, noun)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kvconform.build.geometry import cache_geometry
+from kvconform.build.geometry import CacheGeometry, cache_geometry
 from kvconform.build.models import Model
 from kvconform.build.support import int_cache_config
 from kvconform.compat import cache_keyword
@@ -76,12 +76,29 @@ class ProbePlan:
     calls: bool = False
     #: Run the K/V localization pass when a step's max |Δlogit| exceeds this tolerance.
     locate_tolerance: Tolerance | None = None
+    #: Positions each decode step adds to the record's cache (a streaming audio encoder's own cache: its downsample factor).
+    positions_per_step: int = 1
+
+    def seen(self, step: int) -> int:
+        """Positions the cache has taken after ``step`` (0: the prefill)."""
+        return self.prompt_length + self.positions_per_step * step
 
 
 def without_paths(plan: ProbePlan) -> ProbePlan:
     """``plan`` with every extra cache path off (a second record of the same cell: the text-only prompt)."""
     return replace(plan, ragged=False, prefix_reuse=False, crop=False, reorder=False, window=False, chunked_prefill=False,
                    calls=False)
+
+
+@dataclass
+class OwnCache:
+    """A cache a part of the model keeps of its own beside the record's, snapshotted at the same steps: its record (its
+    plan's ``prompt_length`` and ``positions_per_step`` in its own positions) and the geometry its config gives."""
+
+    name: str
+    record: ProbeRecord
+    geometry: CacheGeometry
+    explanation: str
 
 
 @dataclass
@@ -161,6 +178,9 @@ class ProbeRecord:
     """Set when the cell called generate() again after the generate check (state left between calls)."""
     extras: dict[str, Any] = field(default_factory=dict)
     """Records the runner adds beside the probe's: ``beam``, ``padded_generate``, ``attn_agreement``."""
+    own_caches: list[OwnCache] = field(default_factory=list)
+    """Caches a part of the model keeps beside this one, advanced at every step (a streaming audio encoder's): the growth,
+    shapes and bytes checks hold each to its own config."""
 
     @property
     def max_abs_delta(self) -> float:
