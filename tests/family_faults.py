@@ -46,6 +46,10 @@
 - ``talker_reads_the_next_reply_embedding``: Qwen2.5-Omni's talker decode steps add the thinker reply embedding one
   position ahead (the reply part handed to the step loses its first entry while others remain), so every decoded codec
   position pairs with the next reply token's thinker state; the prefill is untouched.
+- ``code_predictor_head_one_behind``: Qwen3-Omni-MoE's code predictor, on its cached decode calls (one code fed, its
+  ``generation_steps`` counting the codes), predicts with the head one codebook behind (as a step count one short would
+  pick it): codebook k >= 2 of every frame through codebook k-1's head; its prefill over ``[hidden, c0]`` and the talker
+  are untouched.
 """
 
 from __future__ import annotations
@@ -68,6 +72,9 @@ from transformers.models.opt.modeling_opt import OPTLearnedPositionalEmbedding
 from transformers.models.qwen2_5_omni.modeling_qwen2_5_omni import Qwen2_5OmniTalkerForConditionalGeneration
 from transformers.models.qwen2_audio.modeling_qwen2_audio import Qwen2AudioForConditionalGeneration
 from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLForConditionalGeneration, Qwen2VLModel
+from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
+    Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration,
+)
 from transformers.models.voxtral_realtime.modeling_voxtral_realtime import VoxtralRealtimeModel
 
 from kvconform.families.registry import generation_overrides
@@ -261,6 +268,23 @@ def _talker_reply_ahead() -> list[Patch]:
     return [(Qwen2_5OmniTalkerForConditionalGeneration, "forward", forward)]
 
 
+def _code_predictor_head_behind() -> list[Patch]:
+    original = Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration.forward
+
+    @functools.wraps(original)
+    def forward(self: Any, input_ids: Any = None, *args: Any, generation_steps: Any = None, **kwargs: Any) -> Any:
+        if input_ids is None:  # the prefill over [hidden, c0]
+            return original(self, input_ids, *args, generation_steps=generation_steps, **kwargs)
+        heads = self.lm_head
+        self.lm_head = torch.nn.ModuleList([heads[0], *heads[:-1]])  # head k is head k - 1's
+        try:
+            return original(self, input_ids, *args, generation_steps=generation_steps, **kwargs)
+        finally:
+            self.lm_head = heads
+
+    return [(Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration, "forward", forward)]
+
+
 def _frame_reads_another_table() -> list[Patch]:
     original = HiggsAudioV2Model.forward
 
@@ -370,6 +394,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "depth_head_one_codebook_behind": _depth_head_behind,
     "coarse_codebook_offset_dropped": _coarse_offset_dropped,
     "talker_reads_the_next_reply_embedding": _talker_reply_ahead,
+    "code_predictor_head_one_behind": _code_predictor_head_behind,
     "frame_reads_another_codebooks_table": _frame_reads_another_table,
     "reference_window_never_evicts": _reference_window_never_evicts,
     "cross_half_not_reordered": _cross_half_not_reordered,

@@ -20,7 +20,8 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "llava_next": VISION_LANGUAGE, "paligemma": VISION_LANGUAGE, "qwen2_audio": AUDIO_LANGUAGE,
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "csm": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
           "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE,
-          "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO, "voxtral_realtime": AUDIO_LANGUAGE}
+          "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO, "voxtral_realtime": AUDIO_LANGUAGE,
+          "qwen3_omni_moe": TEXT_TO_AUDIO}
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +64,8 @@ KNOWN_BUGS = {"csm": {"codebook_generate"},  # tools/repros/csm_uncached_generat
               # Its cache keeps the shrunk sliding window of 4, its mask is full causal: the decode parts from the uncached
               # pass from the first step past the window (tools/repros/kyutai_speech_to_text_full_mask_over_a_sliding_cache.py).
               "kyutai_speech_to_text": {"parity"},
-              "qwen2_5_omni": {"codebook_generate"}}  # tools/repros/qwen2_5_omni_uncached_generate_feeds_the_talker_whole_sequences.py
+              "qwen2_5_omni": {"codebook_generate"},  # tools/repros/qwen2_5_omni_uncached_generate_feeds_the_talker_whole_sequences.py
+              "qwen3_omni_moe": {"codebook_generate"}}  # tools/repros/qwen3_omni_moe_uncached_generate_feeds_the_talker_whole_sequences.py
 
 
 @pytest.mark.parametrize("model_type", sorted(MODELS))
@@ -464,6 +466,62 @@ def test_a_talker_step_reading_the_next_reply_embedding_is_caught_and_located(fa
     assert "at decode step 1" in results["codebook_parity"].message, results["codebook_parity"].message
     assert "layer 0, position 8 (keys)" in parity.message, parity.message
     assert all(results[name].passed for name in ("growth", "shapes", "bytes")), results
+
+
+def test_a_talker_with_a_code_predictor_decodes_the_frames_generate_decodes(healthy, family_model):
+    """Qwen3-Omni-MoE: the talker's inputs_embeds [B, 20] from generate()'s call, one frame of 16 codebooks a step (head 0
+    the talker's, 1..15 the code predictor's, its cache [hidden, c0] then one code a call, empty every frame); the
+    hand-driven frames are the codes generate() decodes; generate(use_cache=False) hands the talker other inputs."""
+    from kvconform.families.decode import drive
+    from kvconform.families.inputs import special_token_ids, text_ids
+    from kvconform.families.omni_code_predictor import residual_driver, settings
+    from kvconform.families.omni_talker import THINKER_TOKENS, _talker_codes, talker_call
+
+    probe, results = healthy("qwen3_omni_moe")
+    assert "inputs_embeds [B, 20]" in probe.inputs and "one frame [B, 16] a step" in probe.inputs, probe.inputs
+    assert results["growth"].measured == "20→21→22→23→24→25→26→27→28", "the user and assistant turns, then a frame a step"
+    parity = results["codebook_parity"]
+    assert parity.passed and len(parity.details["codebook_max_abs_delta"]) == 16, parity.message
+    assert "heads 1..K-1 the code predictor's" in parity.message, parity.message
+    assert [[length for length, _ in calls] for calls in probe.codebook.depth.frames] == [list(range(2, 17))] * 9
+    generate = results["codebook_generate"]
+    assert "talker codes [2, 16, 7] and waveform" in generate.message and "differ" in generate.message, generate.message
+
+    model = family_model("qwen3_omni_moe")
+    text = text_ids(2, 6, 2, int(model.config.thinker_config.text_config.vocab_size), special_token_ids(model.config))
+    given = settings(model, text, 8, THINKER_TOKENS)
+    call = talker_call(model, given)
+    driver, frames, _ = residual_driver(model, call)
+    plan = ProbePlan(batch_size=2, prompt_length=call["talker_input_ids"].shape[1], decode_steps=8, seed=0, generate=False)
+    drive(model, plan, driver)
+    kept = {}
+    original = model.talker.generate
+
+    def keep(**arguments):
+        kept["result"] = original(**arguments)
+        return kept["result"]
+
+    model.talker.generate = keep
+    try:
+        with torch.inference_mode():
+            model.generate(**given)
+    finally:
+        del model.talker.generate
+    codes = _talker_codes(kept["result"]).sequences
+    assert codes.shape == (2, 16, 7)
+    assert torch.equal(torch.stack(frames.codes, dim=2)[..., :7], codes), "generate()'s frames: repetition penalty, suppressed ids"
+
+
+def test_a_code_predictor_head_one_codebook_behind_is_caught_and_located(family_model):
+    """Qwen3-Omni-MoE's code predictor decode calls that pick the head one codebook behind: codebook_parity fails from
+    the second code predictor head on, at the first frame, naming it; every talker check passes (its cache is untouched)."""
+    with planted("code_predictor_head_one_behind"):
+        _, results = probe_and_check(family_model("qwen3_omni_moe"), TEXT_TO_AUDIO)
+    parity = results["codebook_parity"]
+    assert not parity.passed and parity.details["first_failing_codebook"] == 2, parity.message
+    assert parity.details["failing_codebooks"] == list(range(2, 16)), parity.message
+    assert "at prefill" in parity.message and "heads [0, 1] stay within it" in parity.message, parity.message
+    assert all(results[name].passed for name in ("parity", "growth", "shapes", "bytes")), "the talker's cache is right"
 
 
 def test_codebook_frames_inside_a_text_stream_are_decoded_as_generate_decodes_them(healthy, family_model):

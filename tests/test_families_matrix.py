@@ -93,7 +93,8 @@ def test_installed_sweeps_cover_the_issue_models_and_give_reasons() -> None:
     assert {"qwen2_audio", "voxtral"} <= set(runs["audio-text-to-text"][0]), "decoder-only audio-language types"
     assert set(runs["audio-text-to-text"][0]) | set(runs["audio-text-to-text"][1]) == {
         t for family in ("seq2seq", "speech-seq2seq") for t, reason in runs[family][1].items() if "audio-text-to-text sweep" in reason}
-    assert runs["text-to-audio"][0] == ["bark", "csm", "dia", "higgs_audio_v2", "musicgen", "musicgen_melody", "qwen2_5_omni"], "the codebook decoders and a talker"
+    assert runs["text-to-audio"][0] == ["bark", "csm", "dia", "higgs_audio_v2", "musicgen", "musicgen_melody", "qwen2_5_omni",
+                                       "qwen3_omni_moe"], "the codebook decoders and two talkers"
     assert "the text-to-audio sweep runs it" in runs["speech-seq2seq"][1]["dia"]
 
 

@@ -151,8 +151,9 @@ def codebook_parity(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
         return CheckResult("codebook_parity", False, measured, f"{limit:.2e}", f"{owner}" + "; ".join(cache)
                            + f"; max |Δlogit| per head {per_head}", details)
     if not failing:
-        where = (" (head 0 the backbone's, heads 1..K-1 the depth decoder's, its cache one position per codebook, "
-                 "empty every frame)") if heads.depth is not None else ""
+        depth_heads = heads.depth
+        where = (f" (head 0 the {depth_heads.owner}'s, heads 1..K-1 the {depth_heads.name}'s, its cache one position per "
+                 "codebook, empty every frame)") if depth_heads is not None else ""
         if stage is not None:
             where = f" (its own cache grows one position a step, in its config's geometry: {stage.explanation})"
         message = f"{owner}every one of the {k} codebook heads within {limit:.2e} at every step{where}; max |Δlogit| per head {per_head}"

@@ -19,6 +19,7 @@ the depth decoder's for codebook ``k`` of the frame chosen at that step.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,22 +47,26 @@ class DepthTrace:
     head_dim: int
     frames: list[list[tuple[int | None, list[list[int] | None]]]] = field(default_factory=list)
     """Per frame, per depth call: (the cache's seq length, each layer's keys shape)."""
+    owner: str = "backbone"
+    """The model whose head is codebook 0 (CSM's backbone, Qwen3-Omni's talker)."""
+    name: str = "depth decoder"
+    """The model whose heads are codebooks 1..K-1."""
 
     def problem(self, batch: int) -> str | None:
         """The first frame and call whose cache is not one position per codebook fed, in the config's geometry."""
         for frame, calls in enumerate(self.frames):
             for call, (length, shapes) in enumerate(calls):
-                want = call + 2  # the prefill feeds [0, c0]; every later call one codebook
+                want = call + 2  # the prefill feeds the frame's start and c0; every later call one codebook
                 if length != want:
-                    return (f"depth decoder cache of frame {frame} holds {length} positions after call {call}, expected "
-                            f"{want} (empty at every frame, then [0, c0] and one codebook a call)")
+                    return (f"{self.name} cache of frame {frame} holds {length} positions after call {call}, expected "
+                            f"{want} (empty at every frame, then the frame's start and c0, and one codebook a call)")
                 expected = [batch, self.kv_heads, want, self.head_dim]
                 if len(shapes) != self.layers:
-                    return f"depth decoder cache of frame {frame} has {len(shapes)} layers, its config {self.layers}"
+                    return f"{self.name} cache of frame {frame} has {len(shapes)} layers, its config {self.layers}"
                 for index, shape in enumerate(shapes):
                     if shape != expected:
-                        return (f"depth decoder cache of frame {frame}, layer {index}: keys {shape} after call {call}, "
-                                f"expected {expected} (depth_decoder_config's heads and head size)")
+                        return (f"{self.name} cache of frame {frame}, layer {index}: keys {shape} after call {call}, "
+                                f"expected {expected} (its config's heads and head size)")
         return None
 
 
@@ -82,56 +87,100 @@ def is_depth_codebook_model(model: Model) -> bool:
     return hasattr(model, "depth_decoder") and hasattr(model, "backbone_model")
 
 
-class _Frames:
-    """The frames the cached decode chose, by position after the text, each ``[B, K]``; their depth decoder runs."""
+@dataclass
+class DepthCalls:
+    """How one frame runs through a depth decoder with a cache of its own, as the model's ``generate()`` runs it."""
 
-    def __init__(self, model: Model, text_length: int) -> None:
-        self.model, self.text_length = model, text_length
+    start: Callable[[torch.Tensor], tuple[Any, torch.Tensor]]
+    """``c0 [B, 1] -> (a fresh cache, logits [B, V] of codebook 1)``: the prefill over the frame's start and c0."""
+    step: Callable[[torch.Tensor, int, Any], tuple[Any, torch.Tensor]]
+    """``(codebook k's ids [B, 1], k, cache) -> (cache, logits [B, V] of codebook k + 1)``: one cached call."""
+    reference: Callable[[torch.Tensor], torch.Tensor]
+    """``frame [B, K] -> logits [B, K - 1, V]``: ONE uncached pass over the frame's start and c0..c(K-2), each position
+    through the head its cached call used."""
+
+
+def cache_seen(cache: Any) -> tuple[int | None, list[list[int] | None]]:
+    """The cache's seq length and each layer's keys shape."""
+    shapes = [list(layer.keys.shape) if isinstance(getattr(layer, "keys", None), torch.Tensor) else None
+              for layer in cache_layers(cache)]
+    return seq_length(cache), shapes
+
+
+class DepthFrames:
+    """The frames a cached decode chose, each ``[B, K]``, their depth decoder's per-head deltas and its cache trace."""
+
+    def __init__(self, trace: DepthTrace, codebooks: int) -> None:
+        self.trace, self.codebooks = trace, codebooks
         self.codes: list[torch.Tensor] = []
         self.head_deltas: list[torch.Tensor] = []
         """Per frame ``[B, K - 1]``: each depth head's max |Δlogit| against the uncached depth pass."""
-        feed_cache_position(model.depth_decoder)  # 5.0-5.4 pick its heads by the cache_position generate() passed
-        config = model.config.depth_decoder_config
-        self.trace = DepthTrace(int(config.num_hidden_layers), int(config.num_key_value_heads), int(config.head_dim))
-        self.hidden: torch.Tensor | None = None
 
-    def decode(self, first: torch.Tensor) -> torch.Tensor:
+    def decode(self, first: torch.Tensor, calls: DepthCalls) -> torch.Tensor:
         """Codebooks 1..K-1 of the frame whose codebook 0 is ``first`` ``[B, 1]``, greedily through the depth decoder's
-        cache as ``generate()`` runs it; records each head's distance from one uncached depth pass."""
-        from transformers import DynamicCache
-
-        if self.hidden is None:
-            raise RuntimeError("the backbone has not run: no hidden state to start a frame from")
-        depth, codebooks = self.model.depth_decoder, int(self.model.config.num_codebooks)
-        keyword = cache_keyword(depth)
-        ids = torch.cat([torch.zeros_like(first), first], dim=1)
-        cache = DynamicCache(config=depth.config)
-        output = depth(input_ids=ids, backbone_last_hidden_state=self.hidden, use_cache=True, logits_to_keep=1, **{keyword: cache})
-        calls, logits = [], [output.logits[:, -1]]
-        cache = fed_back(output, cache)[0]
-        calls.append(self._seen(cache))
-        while True:  # [0, c0, c1, …, c(K-1)]: K - 1 codebooks after c0, the last one fed to no forward
-            token = logits[-1].float().argmax(-1, keepdim=True)
-            ids = torch.cat([ids, token], dim=1)
-            if ids.shape[1] == codebooks + 1:
+        cache (the last one fed to no call); records each head's distance from one uncached depth pass."""
+        cache, logits = calls.start(first)
+        seen, outputs, codes = [cache_seen(cache)], [logits], [first]
+        while True:
+            token = outputs[-1].float().argmax(-1, keepdim=True)
+            codes.append(token)
+            if len(codes) == self.codebooks:
                 break
-            output = depth(input_ids=token, use_cache=True, logits_to_keep=1, **{keyword: cache})
-            cache = fed_back(output, cache)[0]
-            logits.append(output.logits[:, -1])
-            calls.append(self._seen(cache))
-        reference = depth(input_ids=ids[:, :-1], backbone_last_hidden_state=self.hidden, use_cache=False).logits
-        cached = torch.stack(logits, dim=1)
+            cache, logits = calls.step(token, len(codes) - 1, cache)
+            outputs.append(logits)
+            seen.append(cache_seen(cache))
+        frame = torch.cat(codes, dim=1)
+        reference = calls.reference(frame)
+        cached = torch.stack(outputs, dim=1)
         self.head_deltas.append((cached.float() - reference.float()).abs().nan_to_num(nan=float("inf")).amax(-1))
-        self.trace.frames.append(calls)
-        frame = ids[:, 1:]
+        self.trace.frames.append(seen)
         self.codes.append(frame)
         return frame
 
-    @staticmethod
-    def _seen(cache: Any) -> tuple[int | None, list[list[int] | None]]:
-        shapes = [list(layer.keys.shape) if isinstance(getattr(layer, "keys", None), torch.Tensor) else None
-                  for layer in cache_layers(cache)]
-        return seq_length(cache), shapes
+    def rows(self, run: FamilyRun) -> list[list[float]]:
+        """The run's rows widened to every head: per step, row ``b * K + k`` (head 0 the run's, heads 1..K-1 the frame's
+        depth heads; step ``t``'s frame is the one its logits chose)."""
+        return [[delta for b, first in enumerate(owner) for delta in (first, *heads[b].tolist())]
+                for owner, heads in zip(run.row_deltas, self.head_deltas, strict=True)]
+
+
+class _Frames(DepthFrames):
+    """CSM's frames by position after the text; its depth decoder's calls (generation_csm.py:266-281)."""
+
+    def __init__(self, model: Model, text_length: int) -> None:
+        feed_cache_position(model.depth_decoder)  # 5.0-5.4 pick its heads by the cache_position generate() passed
+        config = model.config.depth_decoder_config
+        super().__init__(DepthTrace(int(config.num_hidden_layers), int(config.num_key_value_heads), int(config.head_dim)),
+                         int(model.config.num_codebooks))
+        self.model, self.text_length = model, text_length
+        self.hidden: torch.Tensor | None = None
+
+    def decode_from(self, first: torch.Tensor) -> torch.Tensor:
+        """The frame whose codebook 0 is ``first``, from the backbone's last hidden state: ``[0, c0]`` with it, then one
+        codebook a call; its heads chosen by position (``CsmCodebooksHead``)."""
+        from transformers import DynamicCache
+
+        hidden = self.hidden
+        if hidden is None:
+            raise RuntimeError("the backbone has not run: no hidden state to start a frame from")
+        depth = self.model.depth_decoder
+        keyword = cache_keyword(depth)
+
+        def start(first: torch.Tensor) -> tuple[Any, torch.Tensor]:
+            cache = DynamicCache(config=depth.config)
+            output = depth(input_ids=torch.cat([torch.zeros_like(first), first], dim=1), backbone_last_hidden_state=hidden,
+                           use_cache=True, logits_to_keep=1, **{keyword: cache})
+            return fed_back(output, cache)[0], output.logits[:, -1]
+
+        def step(token: torch.Tensor, k: int, cache: Any) -> tuple[Any, torch.Tensor]:
+            output = depth(input_ids=token, use_cache=True, logits_to_keep=1, **{keyword: cache})
+            return fed_back(output, cache)[0], output.logits[:, -1]
+
+        def reference(frame: torch.Tensor) -> torch.Tensor:
+            ids = torch.cat([torch.zeros_like(frame[:, :1]), frame[:, :-1]], dim=1)
+            return depth(input_ids=ids, backbone_last_hidden_state=hidden, use_cache=False).logits
+
+        return self.decode(first, DepthCalls(start, step, reference))
 
     def embeds(self, ids: torch.Tensor) -> torch.Tensor:
         """Embeddings of ``ids`` from the sequence's start: the text's, then each chosen frame's."""
@@ -162,7 +211,7 @@ def _driver(model: Model, text: torch.Tensor, frames: _Frames) -> Driver:
     def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
         if ids.shape[1] != 1:
             raise ValueError("a CSM decode step feeds one frame")
-        return backbone(cache, True, input_ids=frames.decode(ids)[:, None, :])
+        return backbone(cache, True, input_ids=frames.decode_from(ids)[:, None, :])
 
     def reference(ids: torch.Tensor, keep: int | None) -> Any:
         return model(inputs_embeds=frames.embeds(ids), use_cache=False)
@@ -182,10 +231,8 @@ def probe_depth_codebooks(model: Model, plan: ProbePlan) -> DepthRun:
     run = drive(model, replace(plan, prompt_length=TEXT_TOKENS), _driver(model, text, frames))
     last = torch.tensor(run.record.steps[-1].cached_argmax, device=device).reshape(-1, 1)
     with torch.inference_mode():  # the frame the last step's logits choose (the decode stops before it): every step has all its heads
-        frames.decode(last)
-    rows = []
-    for backbone, heads in zip(run.row_deltas, frames.head_deltas, strict=True):
-        rows.append([delta for b, first in enumerate(backbone) for delta in (first, *heads[b].tolist())])
+        frames.decode_from(last)
+    rows = frames.rows(run)
     recipe = (f"text input_ids [B, {TEXT_TOKENS}], then frames [B, 1, {codebooks}]: codebook 0 from the backbone, "
               f"codebooks 1..{codebooks - 1} from the depth decoder's own cache, empty every frame (generation_csm.py)")
     start = time.perf_counter()

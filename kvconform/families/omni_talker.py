@@ -1,4 +1,6 @@
-"""Thinker-talker models (Qwen2.5-Omni): the talker's codec decode, fed what the model's own generate() hands it.
+"""Thinker-talker models (Qwen2.5-Omni, Qwen3-Omni-MoE): the talker's codec decode, fed what the model's own
+generate() hands it. Qwen3-Omni-MoE's talker decodes a frame of codebooks a step with a code predictor of its own: its
+driver is ``omni_code_predictor``'s; the talker's call, the cell and the generate comparison are this module's.
 
 ``Qwen2_5OmniForConditionalGeneration`` has no forward; its ``generate()`` (modeling_qwen2_5_omni.py:3805-4060) runs
 the thinker on the prompt, builds the talker's inputs from the thinker's hidden states and token embeddings, and calls
@@ -24,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -32,7 +35,10 @@ from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.families.codebook import GenerateRun, compare_generated
 from kvconform.families.decode import Driver, FamilyRun, drive
+from kvconform.families.depth_codebooks import DepthTrace
 from kvconform.families.inputs import special_token_ids, text_ids
+from kvconform.families.omni_code_predictor import has_code_predictor, residual_driver
+from kvconform.families.omni_code_predictor import settings as code_predictor_settings
 from kvconform.probe.cache_io import seq_length
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
@@ -48,8 +54,8 @@ REFERENCE_FRAMES = 30
 
 
 def is_thinker_talker_model(model: Model) -> bool:
-    """Whether ``model`` speaks through a talker fed by a thinker (Qwen2.5-Omni)."""
-    return hasattr(model, "thinker") and hasattr(model, "talker") and hasattr(model, "speaker_map")
+    """Whether ``model`` speaks through a talker fed by a thinker (Qwen2.5-Omni, Qwen3-Omni-MoE)."""
+    return hasattr(model, "thinker") and hasattr(model, "talker") and (hasattr(model, "speaker_map") or has_code_predictor(model))
 
 
 def _speaker(model: Model) -> str:
@@ -150,6 +156,15 @@ def _driver(model: Model, call: dict[str, Any]) -> Driver:
     return Driver(forwards, forbidden={int(i) for i in call.get("suppress_tokens") or ()})
 
 
+def _talker_codes(result: Any) -> Any:
+    """A talker's ``generate()`` result with its codes as ``sequences``: Qwen3-Omni-MoE's every frame's K codes
+    ``[B, K, frames]`` (each step's residual codes ride in its hidden states, as generate() stacks them, :4284-4288)."""
+    residual = [states[-1] for states in result.hidden_states or () if isinstance(states, tuple) and isinstance(states[-1], torch.Tensor)]
+    if not residual:
+        return result
+    return SimpleNamespace(sequences=torch.stack(residual, dim=1).transpose(1, 2), scores=result.scores)
+
+
 def run_omni_generate(model: Model, settings: dict[str, Any]) -> GenerateRun:
     """``generate()`` with ``use_cache`` True and False, as a user calls it (token2wav's noise seeded alike): the talker's
     codes and scores (kept from its own ``generate()``, which returns codes only), the thinker's text, the waveform."""
@@ -159,8 +174,9 @@ def run_omni_generate(model: Model, settings: dict[str, Any]) -> GenerateRun:
         original = model.talker.generate
 
         def talker_generate(**call: Any) -> Any:
-            talkers[use_cache] = original(**call, return_dict_in_generate=True, output_scores=True)  # noqa: B023
-            return talkers[use_cache].sequences  # noqa: B023
+            result = original(**{**call, "return_dict_in_generate": True, "output_scores": True})  # noqa: B023
+            talkers[use_cache] = _talker_codes(result)  # noqa: B023
+            return result if call.get("return_dict_in_generate") else result.sequences
 
         torch.manual_seed(0)
         try:
@@ -185,15 +201,20 @@ class TalkerRun:
     run: FamilyRun
     recipe: str
     generate: GenerateRun
+    codebooks: int = 1
+    depth: DepthTrace | None = None
+    """A code predictor's own cache, frame by frame (Qwen3-Omni-MoE: heads 1..K-1 are its)."""
 
 
 def probe_omni_talker(model: Model, plan: ProbePlan) -> TalkerRun:
-    """Take the talker's inputs from one ``generate()``, decode ``plan.decode_steps`` codec ids through its cache,
-    compare with one uncached talker pass; then ``generate()`` with and without the cache."""
+    """Take the talker's inputs from one ``generate()``, decode ``plan.decode_steps`` codec ids (or frames) through its
+    cache, compare with one uncached talker pass; then ``generate()`` with and without the cache."""
     device = next(p.device for p in model.parameters())
     thinker = model.config.thinker_config
     text = text_ids(plan.batch_size, plan.prompt_length, plan.seed + 2, int(thinker.text_config.vocab_size),
                     special_token_ids(model.config)).to(device)
+    if has_code_predictor(model):
+        return _probe_code_predictor(model, plan, text)
     settings = generate_settings(model, text, plan.decode_steps)
     call = talker_call(model, settings)
     prompt = call["input_ids"]
@@ -202,8 +223,31 @@ def probe_omni_talker(model: Model, plan: ProbePlan) -> TalkerRun:
     recipe = (f"text input_ids [B, {plan.prompt_length}] through the thinker ({THINKER_TOKENS} greedy tokens), then the "
               f"talker: codec prompt [B, {prompt.shape[1]}] with the thinker's inputs_embeds, one codec id a step plus "
               f"the thinker reply part ({reply} embeddings, the last repeated) as generate() hands it (modeling_qwen2_5_omni.py)")
+    return TalkerRun(run, recipe, _timed_generate(run, model, settings))
+
+
+def _timed_generate(run: FamilyRun, model: Model, settings: dict[str, Any]) -> GenerateRun:
     start = time.perf_counter()
     generated = run_omni_generate(model, settings)
     run.record.timings["generate_s"] = time.perf_counter() - start
-    return TalkerRun(run, recipe, generated)
+    return generated
 
+
+def _probe_code_predictor(model: Model, plan: ProbePlan, text: torch.Tensor) -> TalkerRun:
+    """Qwen3-Omni-MoE: the talker a frame a step, each frame's residual codebooks through the code predictor's cache."""
+    settings = code_predictor_settings(model, text, plan.decode_steps, THINKER_TOKENS)
+    call = talker_call(model, settings)
+    driver, frames, decode = residual_driver(model, call)
+    prompt = call["talker_input_ids"]
+    run = drive(model, replace(plan, prompt_length=prompt.shape[1]), driver)
+    last = torch.tensor(run.record.steps[-1].cached_argmax, device=prompt.device).reshape(-1, 1)
+    with torch.inference_mode():  # the frame the last step's logits choose (the decode stops before it): every step has all its heads
+        decode(last)
+    k = frames.codebooks
+    recipe = (f"chat input_ids [B, {settings['input_ids'].shape[1]}] ({plan.prompt_length} text ids in a user turn, the "
+              f"assistant turn opened) through the thinker ({THINKER_TOKENS} greedy tokens), then the talker: its "
+              f"inputs_embeds [B, {prompt.shape[1]}] as generate() hands them, one frame [B, {k}] a step: codebook 0 "
+              f"from the talker, 1..{k - 1} from the code predictor's own cache, empty every frame; fed the sum of the "
+              f"frame's embeddings plus trailing_text_hidden ({call['trailing_text_hidden'].shape[1]} embeddings), then "
+              f"tts_pad_embed (modeling_qwen3_omni_moe.py)")
+    return TalkerRun(replace(run, row_deltas=frames.rows(run)), recipe, _timed_generate(run, model, settings), k, frames.trace)

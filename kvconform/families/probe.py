@@ -149,7 +149,7 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     if family == TEXT_TO_AUDIO and is_thinker_talker_model(model):
         talker = probe_omni_talker(model, plan)
         talker_config = getattr(config.talker_config, "text_config", None) or config.talker_config
-        heads = CodebookHeads(1, talker.run.row_deltas, (0,), talker.generate)
+        heads = CodebookHeads(talker.codebooks, talker.run.row_deltas, (0,) * talker.codebooks, talker.generate, talker.depth)
         return FamilyProbe(talker.run.record, cache_geometry(talker_config), f"talker: {explain(talker_config)}",
                            talker.recipe, codebook=heads)
     if family == TEXT_TO_AUDIO and is_inline_codebook_model(model):
