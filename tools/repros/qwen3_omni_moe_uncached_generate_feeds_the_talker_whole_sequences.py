@@ -18,7 +18,7 @@ import sys
 import torch
 from transformers import Qwen3OmniMoeConfig, Qwen3OmniMoeForConditionalGeneration
 
-TRANSFORMERS = ">=5.24"  # the releases this was measured on (tests/test_repros.py skips it elsewhere)
+TRANSFORMERS = ">=5.15"  # 5.15.1-5.25.0 measured; 5.14 and earlier refuse batched audio output (tests/test_repros.py skips it elsewhere)
 
 SEED, BATCH, TEXT, THINKER_TOKENS, CODES = 0, 2, 6, 4, 8
 ROPE = {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [3, 2, 3], "interleaved": True}
