@@ -726,7 +726,7 @@ def _with_own_caches(record: ProbeRecord, geometry: CacheGeometry, explanation: 
     result = check(record, geometry, explanation)
     for own in record.own_caches if result.passed else []:
         theirs = check(own.record, own.geometry, own.explanation)
-        details = {**result.details, own.name: theirs.details}
+        details = {**result.details, "own_caches": {**result.details.get("own_caches", {}), own.name: theirs.details}}
         if not theirs.passed:
             return replace(theirs, name=result.name, message=f"{own.name}: {theirs.message}", details=details)
         result = replace(result, message=f"{result.message}; {own.name}: {theirs.message}", details=details)

@@ -12,7 +12,7 @@ from dataclasses import replace
 from kvconform.checks import record_checks as checks
 from kvconform.checks.table import CHECK_TABLE, FAMILY_CHECKS, PATH_CHECKS
 from kvconform.families import CROSS_HALF
-from kvconform.families.probe import CodebookStage, CrossHalf, FamilyProbe
+from kvconform.families.probe import CrossHalf, FamilyProbe
 from kvconform.matrix import Tolerance
 from kvconform.probe.calls import parted_at
 from kvconform.results import CheckResult
@@ -128,7 +128,7 @@ def media_calls(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
 def codebook_parity(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
     """Each codebook head's logits (rows ``b * K + k``) within the parity limit at every step; names the first head
     and step that leave it, and the heads that stay within it. A stage that decodes the heads with a cache of its own
-    (Bark's coarse model) is judged on its own logit scale, and its cache on the growth, shapes and bytes of its config."""
+    (Bark's coarse model) is judged on its own logit scale (its cache: the growth, shapes and bytes rows' ``own_caches``)."""
     heads = probe.codebook
     if heads is None:
         raise ValueError("not a codebook-decoder cell: no codebook heads")
@@ -145,17 +145,12 @@ def codebook_parity(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
         details["depth_cache"] = depth
         return CheckResult("codebook_parity", False, measured, f"{limit:.2e}", f"{depth}; max |Δlogit| per head {per_head}", details)
     owner = f"{stage.name}: " if stage is not None else ""
-    cache = _stage_cache_problems(stage) if stage is not None else []
-    if cache:
-        details["stage_cache"] = cache
-        return CheckResult("codebook_parity", False, measured, f"{limit:.2e}", f"{owner}" + "; ".join(cache)
-                           + f"; max |Δlogit| per head {per_head}", details)
     if not failing:
         depth_heads = heads.depth
         where = (f" (head 0 the {depth_heads.owner}'s, heads 1..K-1 the {depth_heads.name}'s, its cache one position per "
                  "codebook, empty every frame)") if depth_heads is not None else ""
         if stage is not None:
-            where = f" (its own cache grows one position a step, in its config's geometry: {stage.explanation})"
+            where = f" of its own cache ({stage.explanation})"
         message = f"{owner}every one of the {k} codebook heads within {limit:.2e} at every step{where}; max |Δlogit| per head {per_head}"
         return CheckResult("codebook_parity", True, measured, f"{limit:.2e}", message, details)
     step, head = failing[0]
@@ -169,14 +164,6 @@ def codebook_parity(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
     if located:
         details["divergence"] = located.removeprefix("; ")
     return CheckResult("codebook_parity", False, measured, f"{limit:.2e}", message, details)
-
-
-def _stage_cache_problems(stage: CodebookStage) -> list[str]:
-    """The codebook stage's own cache against its config's geometry: the core growth, shapes and bytes checks."""
-    results = (checks.growth(stage.record, stage.geometry), checks.shapes(stage.record, stage.geometry, stage.explanation),
-               checks.cache_bytes(stage.record, stage.geometry))
-    problems = [f"{result.name}: {result.message}" for result in results if not result.passed]
-    return ([f"its logits: {stage.record.nonfinite}"] if stage.record.nonfinite else []) + problems
 
 
 def codebook_generate(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:

@@ -21,7 +21,7 @@ from kvconform.families.multimodal import probe_multimodal
 from kvconform.families.omni_talker import is_thinker_talker_model, probe_omni_talker
 from kvconform.families.streaming_codes import is_streaming_codes_model, probe_streaming_codes
 from kvconform.families.streaming_encoder import is_streaming_encoder_model, probe_streaming_encoder
-from kvconform.probe.decode import ProbePlan, ProbeRecord
+from kvconform.probe.decode import OwnCache, ProbePlan, ProbeRecord
 from kvconform.probe.generate_inputs import GenerateInputs
 
 #: Per decoder-only multimodal family: (its media per row, the noun its placeholders are named by).
@@ -57,17 +57,6 @@ class CrossHalf:
 
 
 @dataclass
-class CodebookStage:
-    """A stage whose own cache decodes the codebooks, apart from the cell's main record (Bark's coarse model): its record
-    (rows b * K + k of its steps are the codebook heads) and the geometry its config gives."""
-
-    name: str
-    record: ProbeRecord
-    geometry: CacheGeometry
-    explanation: str
-
-
-@dataclass
 class CodebookHeads:
     """A codebook decoder's rows: row ``b * codebooks + k`` is codebook head ``k`` of batch row ``b``."""
 
@@ -78,8 +67,9 @@ class CodebookHeads:
     generate: GenerateRun
     depth: DepthTrace | None = None
     """A depth decoder's own cache, frame by frame (CSM: heads 1..K-1 are its)."""
-    stage: CodebookStage | None = None
-    """The stage whose cache decodes every head, where the main record is another stage's (Bark: the coarse model)."""
+    stage: OwnCache | None = None
+    """The stage whose cache decodes every head, where the main record is another stage's (Bark: the coarse model; the
+    main record's ``own_caches`` holds it too, for the growth, shapes and bytes checks)."""
 
 
 @dataclass
@@ -138,7 +128,8 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     if family == TEXT_TO_AUDIO and is_bark(model):
         bark = probe_bark(model, plan)
         geometry, explanation = self_attention_geometry(model.semantic.config)
-        stage = CodebookStage("coarse stage", bark.coarse.record, bark.coarse_geometry, bark.coarse_explanation)
+        stage = OwnCache("coarse stage", bark.coarse.record, bark.coarse_geometry, bark.coarse_explanation)
+        bark.semantic.record.own_caches.append(stage)
         heads = CodebookHeads(bark.codebooks, bark.coarse.row_deltas, tuple(range(bark.codebooks)), bark.generate, stage=stage)
         return FamilyProbe(bark.semantic.record, geometry, f"semantic stage {explanation}", bark.recipe, codebook=heads)
     if family == TEXT_TO_AUDIO and is_depth_codebook_model(model):
