@@ -32,6 +32,12 @@ def cache_argument(function: Callable[..., Any]) -> str:
     return "cache" if "cache" in inspect.signature(function).parameters else "past_key_values"
 
 
+def codec_cache_keyword(encode: Callable[..., Any]) -> str:
+    """The keyword a codec's ``encode`` takes its encoder's cache by (Mimi: ``encoder_cache`` from 5.24 on,
+    ``encoder_past_key_values`` before), also the key ``generate()``'s model kwargs keep it under."""
+    return "encoder_cache" if "encoder_cache" in inspect.signature(encode).parameters else "encoder_past_key_values"
+
+
 def mask_builder_inputs(build: Callable[..., Any], embeds: Any, cache: Any, start: int) -> dict[str, Any]:
     """The embeddings, cache and position arguments of a mask builder (``create_masks_for_generate``) as this release
     names them: ``inputs_embeds`` (5.4+; ``input_embeds`` before) and the cache keyword of :func:`cache_argument`; up to

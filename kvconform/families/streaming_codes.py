@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
-from kvconform.compat import cache_keyword
+from kvconform.compat import cache_keyword, codec_cache_keyword
 from kvconform.families.audio import feature_extractor_class, synthetic_waveforms
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import special_token_ids, text_ids
@@ -63,9 +63,10 @@ def _encode(model: Model, input_values: torch.Tensor, bos: torch.Tensor) -> torc
     _, _, kwargs = model._prepare_model_inputs(inputs=None, bos_token_id=bos, model_kwargs=kwargs)
     window = int(kwargs["audio_window_size"])
     frame = int(model.config.frame_size)
+    keyword = codec_cache_keyword(model.codec_model.encode)
     with torch.no_grad():
-        output = model.codec_model.encode(input_values[..., :window * frame], encoder_cache=kwargs.get("encoder_cache"),
-                                          padding_cache=kwargs["padding_cache"])
+        output = model.codec_model.encode(input_values[..., :window * frame], padding_cache=kwargs["padding_cache"],
+                                          **{keyword: kwargs.get(keyword)})
     return output.audio_codes.transpose(1, 2)
 
 

@@ -5,7 +5,8 @@ In 5.0.0 PhiConfig, JetMoeConfig, StableLmConfig and Exaone4Config have no ``pad
 classes declare their fields; these omit it, configuration_phi.py in 5.0.0), while their models' __init__ read it
 (``self.padding_idx = config.pad_token_id``, modeling_phi.py:348 in 5.0.0), so building the model from its config, as
 ``from_config`` does for any config.json without a pad_token_id key, raises AttributeError. 5.1.0 declares the field
-(configuration_phi.py:141, ``pad_token_id: int | None = None``).
+(configuration_phi.py:141, ``pad_token_id: int | None = None``). Qwen2_5OmniTalkerConfig alike (its model reads it at
+modeling_qwen2_5_omni.py:2205 in 5.0.0; 5.1.0 declares it).
 Exit 1 while the bug is there (a model of these types cannot be built), 0 when every one builds and runs a cached step.
 """
 import sys
@@ -37,6 +38,16 @@ def main() -> int:
                 raise
             print(f"BUG {model_type}: {type(config).__name__} has pad_token_id: {hasattr(config, 'pad_token_id')}; building raised {exc}")
             broken.append(model_type)
+    try:
+        from transformers import Qwen2_5OmniTalkerConfig, Qwen2_5OmniTalkerForConditionalGeneration
+
+        Qwen2_5OmniTalkerForConditionalGeneration(Qwen2_5OmniTalkerConfig(**{k: v for k, v in SHRINK.items() if k != "vocab_size"}))
+        print("qwen2_5_omni talker: builds")
+    except AttributeError as exc:
+        if "pad_token_id" not in str(exc):
+            raise
+        print(f"BUG qwen2_5_omni talker: Qwen2_5OmniTalkerConfig declares no pad_token_id; building raised {exc}")
+        broken.append("qwen2_5_omni")
     return 1 if broken else 0
 
 
