@@ -32,6 +32,11 @@ def cache_argument(function: Callable[..., Any]) -> str:
     return "cache" if "cache" in inspect.signature(function).parameters else "past_key_values"
 
 
+def embeds_keyword(forward: Callable[..., Any]) -> str:
+    """The keyword a forward takes embeddings by: ``inputs_embeds``, or Bark's ``input_embeds`` before 5.2."""
+    return "input_embeds" if "input_embeds" in inspect.signature(forward).parameters else "inputs_embeds"
+
+
 def codec_cache_keyword(encode: Callable[..., Any]) -> str:
     """The keyword a codec's ``encode`` takes its encoder's cache by (Mimi: ``encoder_cache`` from 5.24 on,
     ``encoder_past_key_values`` before), also the key ``generate()``'s model kwargs keep it under."""

@@ -34,7 +34,7 @@ import torch
 
 from kvconform.build.geometry import CacheGeometry
 from kvconform.build.models import Model
-from kvconform.compat import cache_keyword
+from kvconform.compat import cache_keyword, embeds_keyword
 from kvconform.families.codebook import GenerateRun, compared
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.geometry import self_attention_geometry
@@ -142,10 +142,10 @@ def coarse_prompt(model: Model, stages: StageConfigs, inputs: BarkInputs, semant
 def _stage_forwards(stage: Any, prompt: torch.Tensor, embeds: Callable[[torch.Tensor], torch.Tensor] | None) -> Forwards:
     """A Bark causal stage's forwards; ``embeds`` (the semantic stage) turns ids from the sequence's start into the
     ``inputs_embeds`` generate()'s first forward takes, the prompt's own embeddings first."""
-    keyword = cache_keyword(stage)
+    keyword, embeds_name = cache_keyword(stage), embeds_keyword(stage.forward)
 
     def inputs(ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {"inputs_embeds": embeds(ids)} if embeds is not None else {"input_ids": ids}
+        return {embeds_name: embeds(ids)} if embeds is not None else {"input_ids": ids}
 
     def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
         return fed_back(stage(**inputs(ids), use_cache=True, **({keyword: cache} if cache is not None else {})), cache)
@@ -243,7 +243,10 @@ def run_bark_generate(model: Model, inputs: BarkInputs, new_tokens: int) -> Gene
     from transformers import StoppingCriteriaList
 
     settings = {"do_sample": False, "semantic_max_new_tokens": new_tokens}
-    described = ", ".join(f"{k}={v}" for k, v in settings.items()) + ", history_prompt=<voice preset>"
+    # generate() keeps a cache for the semantic stage either way: it starts from inputs_embeds, and a decoder-only model
+    # generating from embeddings must cache (generation/utils.py:2873-2876 in 5.24); the coarse stage runs without.
+    described = (", ".join(f"{k}={v}" for k, v in settings.items()) + ", history_prompt=<voice preset>; "
+                 "use_cache=False reaches the coarse stage, generate() keeps the semantic stage's cache (inputs_embeds)")
     runs = {}
     for use_cache in (True, False):
         semantic, coarse = _Scores(), _Scores()
