@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -332,10 +333,11 @@ def build_synthetic(config: PreTrainedConfig, seed: int) -> PreTrainedModel:
     sub_config = (architecture_table().get("build_from_sub_config") or {}).get(config.model_type)
     if sub_config is None and _same_class(getattr(model_class, "config_class", None), config.sub_configs.get("text_config")):
         sub_config = "text_config"  # the swap from_pretrained makes in every release (from_config only from 5.8)
-    if sub_config is None:
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    else:
-        model = model_class._from_config(getattr(config, sub_config), dtype=torch.float32)
+    with uninitialized_as_zeros():
+        if sub_config is None:
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        else:
+            model = model_class._from_config(getattr(config, sub_config), dtype=torch.float32)
     break_zero_init(model, seed)
     return model.float().eval()
 
@@ -348,6 +350,21 @@ def _same_class(a: Any, b: Any) -> bool:
 #: Standard deviation of the noise given to parameters a model initialises to exactly zero: the scale of
 #: the shrunk models' other weights, so that selections over such scales are not near-ties either.
 ZERO_INIT_STD = SIZES["initializer_range"]
+
+
+@contextmanager
+def uninitialized_as_zeros() -> Iterator[None]:
+    """Build a model with ``torch.empty`` returning zeros, so a parameter no ``_init_weights`` reaches is all zero (and
+    ``break_zero_init`` gives it seeded noise) instead of whatever memory it was given: Qwen3-Omni-MoE's talker experts
+    (``Qwen3OmniMoeTalkerTextExperts``, allocated with ``torch.empty``; ``_init_weights`` initializes the thinker's experts
+    only, modeling_qwen3_omni_moe.py:133-147 in 5.24) held values up to 4.6e19 on some builds, and logits that were not
+    finite: a verdict that changed from run to run, from the build, not the cache."""
+    empty = torch.empty
+    torch.empty = torch.zeros  # type: ignore[assignment]  # the two overloads differ only in their typing
+    try:
+        yield
+    finally:
+        torch.empty = empty
 
 
 def break_zero_init(model: PreTrainedModel, seed: int) -> list[str]:

@@ -17,7 +17,15 @@ from typing import Any
 import torch
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel
 
-from kvconform.build.synthetic import SIZES, ZERO_INIT_STD, break_zero_init, default_config, merge_overrides, shrink_values
+from kvconform.build.synthetic import (
+    SIZES,
+    ZERO_INIT_STD,
+    break_zero_init,
+    default_config,
+    merge_overrides,
+    shrink_values,
+    uninitialized_as_zeros,
+)
 from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families.registry import (
     audio_language_names,
@@ -230,7 +238,8 @@ def auto_class(family: str, model_type: str | None = None) -> Any:
 def build_family(config: PreTrainedConfig, family: str, seed: int) -> PreTrainedModel:
     """A float32 eval-mode model of ``family`` with random weights drawn from ``seed`` (no all-zero weights)."""
     torch.manual_seed(seed)
-    model = auto_class(family, config.model_type).from_config(config, dtype=torch.float32)
+    with uninitialized_as_zeros():
+        model = auto_class(family, config.model_type).from_config(config, dtype=torch.float32)
     break_zero_init(model, seed)
     for key, value in generation_overrides(config.model_type).items():  # as a checkpoint's generation_config.json sets them
         setattr(model.generation_config, key, value)
