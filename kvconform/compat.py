@@ -38,8 +38,9 @@ def embeds_keyword(forward: Callable[..., Any]) -> str:
 
 
 def codec_cache_keyword(encode: Callable[..., Any]) -> str:
-    """The keyword a codec's ``encode`` takes its encoder's cache by (Mimi: ``encoder_cache`` from 5.24 on,
-    ``encoder_past_key_values`` before), also the key ``generate()``'s model kwargs keep it under."""
+    """The keyword an audio encoder's own cache goes by in ``encode`` (a codec's, Mimi's) or ``forward`` (Voxtral
+    Realtime's, beside the decoder's cache): ``encoder_cache`` from 5.24 on, ``encoder_past_key_values`` before; also
+    the key ``generate()``'s model kwargs keep it under and the output attribute that returns it."""
     return "encoder_cache" if "encoder_cache" in inspect.signature(encode).parameters else "encoder_past_key_values"
 
 

@@ -23,6 +23,11 @@ the causal audio encoder on the new positions through the encoder's own self-att
 A decoder cache a path copied or cropped has no encoder cache beside it (generate() keeps the encoder's in its model
 kwargs; no API crops or copies it with the decoder's): its next forward runs the encoder cached over the positions the
 decoder cache holds first, as a stream restarted there would.
+
+Release-neutral (5.2 added the model; line numbers above are 5.24's): the audio tower and ``get_audio_features`` are
+the model's own up to 5.9 and its ``VoxtralRealtimeModel``'s from 5.10, both ``model.base_model``; the cache keywords
+and output fields are ``cache`` / ``encoder_cache`` from 5.24, ``past_key_values`` / ``encoder_past_key_values`` before,
+found by signature (``compat.cache_keyword``, ``cache_argument``, ``codec_cache_keyword``, ``cache_io.returned_cache``).
 """
 
 from __future__ import annotations
@@ -34,10 +39,11 @@ import torch
 
 from kvconform.build.geometry import cache_geometry, explain
 from kvconform.build.models import Model
+from kvconform.compat import cache_argument, cache_keyword, codec_cache_keyword
 from kvconform.families.audio import feature_extractor_class, synthetic_waveforms
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import special_token_ids, text_ids
-from kvconform.probe.cache_io import cache_layers, keep_logits, new_cache, seq_length
+from kvconform.probe.cache_io import cache_layers, keep_logits, new_cache, returned_cache, seq_length
 from kvconform.probe.decode import OwnCache, ProbePlan
 from kvconform.probe.forwards import Forwards
 from kvconform.probe.generate_inputs import GenerateInputs
@@ -53,7 +59,7 @@ def is_streaming_encoder_model(model: Model) -> bool:
     """Whether ``model`` adds a streaming audio encoder's output to every text position (Voxtral Realtime)."""
     config = model.config
     return isinstance(getattr(config, "audio_length_per_tok", None), int) and isinstance(getattr(config, "downsample_factor", None), int) \
-        and hasattr(getattr(model, "model", None), "audio_tower")
+        and hasattr(model.base_model, "audio_tower")
 
 
 @dataclass
@@ -75,8 +81,12 @@ class EncoderStream:
         self.factor = int(config.downsample_factor)
         self.per_token = int(config.audio_length_per_tok)
         self.delay = int(config.default_num_delay_tokens)
+        self.audio = model.base_model
+        """Where the release keeps the audio tower and ``get_audio_features``: the model itself up to 5.9, its
+        ``VoxtralRealtimeModel`` from 5.10 (``base_model`` is either, by ``base_model_prefix``)."""
+        self.encoder_keyword = codec_cache_keyword(model.forward)
         with torch.no_grad():  # the front end once over the whole audio (modeling_voxtral_realtime.py:1118-1122)
-            self.embeds = model.model.audio_tower.embedder(features)
+            self.embeds = self.audio.audio_tower.embedder(features)
         self.states: dict[int, _EncoderState] = {}
         self.lengths: list[int | None] = []
         """The encoder cache's ``get_seq_length()`` at each snapshot of its layers (the decode's, then the localization's)."""
@@ -102,13 +112,14 @@ class EncoderStream:
         if first == 0:
             return cache, None
         with torch.no_grad():
-            out = self.model.model.get_audio_features(encoder_inputs_embeds=self.embeds[:, :first * self.factor], cache=cache,
-                                                      use_cache=True, return_dict=True)
-        return out.cache, out.padding_cache
+            features = self.audio.get_audio_features
+            out = features(encoder_inputs_embeds=self.embeds[:, :first * self.factor], use_cache=True, return_dict=True,
+                           **{cache_argument(features): cache})
+        return returned_cache(out), out.padding_cache
 
     def keep(self, decoder: Any, length: int, output: Any) -> None:
         """Record the encoder caches ``output`` returned beside ``decoder`` (``_update_model_kwargs_for_generation``)."""
-        self.states[id(decoder)] = _EncoderState(decoder, length, output.encoder_cache, output.padding_cache)
+        self.states[id(decoder)] = _EncoderState(decoder, length, getattr(output, self.encoder_keyword), output.padding_cache)
 
     def layers(self, decoder: Any) -> list[Any]:
         """The encoder cache's layers beside ``decoder`` (for the per-step snapshots and the K/V localization)."""
@@ -125,16 +136,18 @@ class EncoderStream:
 def streaming_forwards(model: Model, prompt: torch.Tensor, stream: EncoderStream) -> Forwards:
     """Forwards that give each text position its audio through the encoder caches beside the decoder cache."""
 
+    keyword = cache_keyword(model)
+
     def kept(keep: int | None) -> dict[str, int]:
         return keep_logits(model, keep) if keep is not None else {}
 
     def call(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
         first = seq_length(cache) or 0 if cache is not None else 0
         encoder_cache, padding = stream.state(cache, first)
+        caches = {stream.encoder_keyword: encoder_cache, **({keyword: cache} if cache is not None else {})}
         output = model(input_ids=ids, encoder_inputs_embeds=stream.positions(first, ids.shape[1]), use_cache=True,
-                       encoder_cache=encoder_cache, padding_cache=padding, num_delay_tokens=stream.delay, **kept(keep),
-                       **({"cache": cache} if cache is not None else {}))
-        returned = output.cache if output.cache is not None else cache
+                       padding_cache=padding, num_delay_tokens=stream.delay, **kept(keep), **caches)
+        returned = returned_cache(output, cache)
         stream.keep(returned, first + ids.shape[1], output)
         return returned, output
 
