@@ -77,7 +77,9 @@ def test_healthy_family_models_pass_every_check(healthy, model_type):
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_healthy_half_precision_cells_pass(family_model, dtype):
-    for model_type in ("t5", "qwen2_vl"):
+    # blip-2: float16 keeps its query tokens in float32, first in parameters() (the cache is float16); bark: its stages'
+    # generation configs load back with the model; voxtral_realtime: its features cast as a user casts them.
+    for model_type in ("t5", "qwen2_vl", "blip-2", "bark", "voxtral_realtime"):
         _, results = probe_and_check(family_model(model_type), MODELS[model_type], dtype)
         failed = {name: r.message for name, r in results.items() if not r.passed}
         assert not failed, (model_type, failed)

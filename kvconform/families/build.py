@@ -241,8 +241,11 @@ def build_family(config: PreTrainedConfig, family: str, seed: int) -> PreTrained
     with uninitialized_as_zeros():
         model = auto_class(family, config.model_type).from_config(config, dtype=torch.float32)
     break_zero_init(model, seed)
-    for key, value in generation_overrides(config.model_type).items():  # as a checkpoint's generation_config.json sets them
+    overrides = generation_overrides(config.model_type)
+    for key, value in overrides.items():  # as a checkpoint's generation_config.json sets them
         setattr(model.generation_config, key, value)
+    if overrides:  # a published generation_config.json is not one derived from the model config: its fields load back
+        model.generation_config._from_model_config = False  # (GenerationConfig.__init__ drops them otherwise, :500-506)
     _seed_codebooks(model, seed)
     keep_forward_defaults(model)
     return model.float().eval()

@@ -20,7 +20,7 @@ import torch
 from kvconform.build.models import Model
 from kvconform.matrix import QUANTIZED
 from kvconform.probe import fp8_design
-from kvconform.probe.cache_io import cache_layers, seq_length
+from kvconform.probe.cache_io import cache_layers, compute_dtype, seq_length
 from kvconform.probe.decode import ProbePlan, ProbeRecord, StepRecord, run_chunked_path, run_paths
 from kvconform.probe.forwards import Forwards
 from kvconform.probe.kv_compare import Divergence, locate_divergence
@@ -190,7 +190,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         chunked = run_chunked_path(forwards, plan, full)
         timings["chunked_prefill_s"] = time.perf_counter() - start
     record = ProbeRecord(
-        plan=plan, dtype=str(next(model.parameters()).dtype).removeprefix("torch."), cache_class=type(cache).__name__,
+        plan=plan, dtype=str(compute_dtype(model)).removeprefix("torch."), cache_class=type(cache).__name__,
         max_cache_len=_max_cache_len(cache, plan.cache), steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
         divergence=divergence, prefix_instability=unstable, topk_ties=ties, generate=None, timings=timings, paths=paths,
         chunked=chunked, quantized=quantized, full_precision_delta=full_precision_delta,

@@ -181,7 +181,8 @@ def _audio(model: Model, batch: int, positions: int, seed: int) -> tuple[torch.T
     extractor = cls()
     samples = positions * int(model.config.audio_length_per_tok) * int(extractor.hop_length)
     out = extractor(synthetic_waveforms(batch, samples, seed), sampling_rate=extractor.sampling_rate, return_tensors="pt")
-    features = out["input_features"].to(next(p.device for p in model.parameters()))
+    first = next(model.parameters())  # the model's dtype, as a user casts the processor's output (audio.py does alike)
+    features = out["input_features"].to(first.device, first.dtype)
     return features, f"{cls.__name__}() on seeded noise of {samples} samples at {extractor.sampling_rate} Hz: input_features {list(features.shape)}"
 
 

@@ -32,6 +32,19 @@ def input_device(model: Model) -> torch.device:
     return next((p.device for p in model.parameters() if p.device.type != "meta"), torch.device("cpu"))
 
 
+def compute_dtype(model: Model) -> torch.dtype:
+    """The dtype the text decoder computes (and caches) in: its input embeddings'. ``from_pretrained(dtype=float16)``
+    keeps ``_keep_in_fp32_modules`` in float32, and such a module can come first in ``parameters()`` (BLIP-2's
+    ``query_tokens``: a model's own parameters precede its submodules')."""
+    try:
+        weight = getattr(model.get_input_embeddings(), "weight", None)
+    except (AttributeError, NotImplementedError):
+        weight = None
+    if isinstance(weight, torch.Tensor) and weight.is_floating_point():
+        return weight.dtype
+    return next(model.parameters()).dtype
+
+
 def returned_cache(output: Any, passed: Any = None) -> Any:
     """The cache object a forward returned, under either name; models that update in place return none."""
     for keyword in CACHE_KEYWORDS:

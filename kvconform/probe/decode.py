@@ -25,6 +25,7 @@ from kvconform.probe import fp8_design, int_design
 from kvconform.probe.cache_io import (
     cache_implementation,
     cache_layers,
+    compute_dtype,
     fixed_length_config,
     forward_keeping_cache,
     input_device,
@@ -213,7 +214,7 @@ def _describe_nonfinite(cached: list[torch.Tensor], reference: torch.Tensor) -> 
 def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     """Prefill, decode ``plan.decode_steps`` greedy steps, and compare with one uncached pass."""
     device = input_device(model)
-    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    dtype = str(compute_dtype(model)).removeprefix("torch.")
     keyword = cache_keyword(model)
     total = plan.prompt_length + plan.decode_steps
     timings: dict[str, float] = {}

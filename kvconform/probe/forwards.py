@@ -18,7 +18,15 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
-from kvconform.probe.cache_io import forward_keeping_cache, input_device, keep_logits, make_prompt, new_cache, returned_cache
+from kvconform.probe.cache_io import (
+    compute_dtype,
+    forward_keeping_cache,
+    input_device,
+    keep_logits,
+    make_prompt,
+    new_cache,
+    returned_cache,
+)
 
 
 def fed_back(output: Any, cache: Any) -> tuple[Any, Any]:
@@ -71,7 +79,7 @@ class Forwards:
 
     @property
     def dtype(self) -> torch.dtype:
-        return next(self.model.parameters()).dtype
+        return compute_dtype(self.model)
 
 
 def causal_forwards(model: Model, prompt: torch.Tensor | None = None, batch_size: int = 1, prompt_length: int = 1,
