@@ -10,24 +10,28 @@ from kvconform.families import checks
 @pytest.mark.kvconform_check("cross_growth")
 def test_cross_growth(cell, outcome, verdict):
     """The cross-attention cache holds the encoder length from the prefill on and never grows."""
+    _skip_not_applicable(outcome, "cross_growth")
     verdict(checks.cross_growth(outcome.family))
 
 
 @pytest.mark.kvconform_check("cross_shapes")
 def test_cross_shapes(cell, outcome, verdict):
     """Cross-attention K/V are [B, H_kv, encoder length, head_dim] with the decoder's heads from the config."""
+    _skip_not_applicable(outcome, "cross_shapes")
     verdict(checks.cross_shapes(outcome.family))
 
 
 @pytest.mark.kvconform_check("cross_bytes")
 def test_cross_bytes(cell, outcome, verdict):
     """Cross-attention K/V bytes equal the formula with the encoder length."""
+    _skip_not_applicable(outcome, "cross_bytes")
     verdict(checks.cross_bytes(outcome.family))
 
 
 @pytest.mark.kvconform_check("encoder_once")
 def test_encoder_once(cell, outcome, verdict):
     """The encoder runs once; the cross-attention K/V written at the prefill are reused at every step."""
+    _skip_not_applicable(outcome, "encoder_once")
     verdict(checks.encoder_once(outcome.family))
 
 

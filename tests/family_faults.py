@@ -50,6 +50,10 @@
   ``generation_steps`` counting the codes), predicts with the head one codebook behind (as a step count one short would
   pick it): codebook k >= 2 of every frame through codebook k-1's head; its prefill over ``[hidden, c0]`` and the talker
   are untouched.
+- ``t2u_cross_from_encoder_input``: SeamlessM4T's text-to-unit model, on its cached decode steps, recomputes its
+  cross-attention K/V from another encoder input, the t2u encoder's input (the text decoder's last hidden states
+  generate() hands it) instead of its output, and writes them over the cached ones: the same length in every layer,
+  other values; the prefill and the uncached pass read the encoder output.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLForConditional
 from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import (
     Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration,
 )
+from transformers.models.seamless_m4t.modeling_seamless_m4t import SeamlessM4TEncoder, SeamlessM4TTextToUnitModel
 from transformers.models.voxtral_realtime.modeling_voxtral_realtime import VoxtralRealtimeModel
 
 from kvconform.families.registry import generation_overrides
@@ -285,6 +290,28 @@ def _code_predictor_head_behind() -> list[Patch]:
     return [(Qwen3OmniMoeTalkerCodePredictorModelForConditionalGeneration, "forward", forward)]
 
 
+def _t2u_cross_from_encoder_input() -> list[Patch]:
+    encode, decode = SeamlessM4TEncoder.forward, SeamlessM4TTextToUnitModel.forward
+    seen: dict[str, torch.Tensor] = {}
+
+    @functools.wraps(encode)
+    def encoder_forward(self: Any, *args: Any, inputs_embeds: Any = None, **kwargs: Any) -> Any:
+        if self.is_t2u_encoder and inputs_embeds is not None:
+            seen["input"] = inputs_embeds
+        return encode(self, *args, inputs_embeds=inputs_embeds, **kwargs)
+
+    @functools.wraps(decode)
+    def forward(self: Any, *args: Any, cache: Any = None, encoder_outputs: Any = None, **kwargs: Any) -> Any:
+        if isinstance(cache, EncoderDecoderCache) and cache.get_seq_length() > 0 and "input" in seen:  # a decode step
+            encoder_outputs = (seen["input"],)
+            cache.is_updated.clear()  # recompute the cross K/V from it, then write them over the cached ones
+            for layer in cache.cross_attention_cache.layers:
+                layer.is_initialized = False
+        return decode(self, *args, cache=cache, encoder_outputs=encoder_outputs, **kwargs)
+
+    return [(SeamlessM4TEncoder, "forward", encoder_forward), (SeamlessM4TTextToUnitModel, "forward", forward)]
+
+
 def _frame_reads_another_table() -> list[Patch]:
     original = HiggsAudioV2Model.forward
 
@@ -395,6 +422,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "coarse_codebook_offset_dropped": _coarse_offset_dropped,
     "talker_reads_the_next_reply_embedding": _talker_reply_ahead,
     "code_predictor_head_one_behind": _code_predictor_head_behind,
+    "t2u_cross_from_encoder_input": _t2u_cross_from_encoder_input,
     "frame_reads_another_codebooks_table": _frame_reads_another_table,
     "reference_window_never_evicts": _reference_window_never_evicts,
     "cross_half_not_reordered": _cross_half_not_reordered,

@@ -21,7 +21,7 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "csm": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
           "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE,
           "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO, "voxtral_realtime": AUDIO_LANGUAGE,
-          "qwen3_omni_moe": TEXT_TO_AUDIO}
+          "qwen3_omni_moe": TEXT_TO_AUDIO, "seamless_m4t": TEXT_TO_AUDIO}
 
 
 @pytest.fixture(scope="session")
@@ -524,6 +524,48 @@ def test_a_code_predictor_head_one_codebook_behind_is_caught_and_located(family_
     assert parity.details["failing_codebooks"] == list(range(2, 16)), parity.message
     assert "at prefill" in parity.message and "heads [0, 1] stay within it" in parity.message, parity.message
     assert all(results[name].passed for name in ("parity", "growth", "shapes", "bytes")), "the talker's cache is right"
+
+
+def test_a_text_to_unit_decoder_is_driven_on_what_generate_hands_it(healthy, family_model):
+    """SeamlessM4T text-to-speech: the t2u model's inputs_embeds are the text decoder's last hidden states over the text
+    stage's ids (one uncached text-decoder pass, as generate() makes it), its decoder starts from [t2u eos, 'eng'], the
+    units the cell decodes are the ones generate() decodes, and both halves of its cache are measured in the t2u
+    decoder's geometry (3 layers of 2 heads: neither its encoder's nor the text decoder's)."""
+    from kvconform.families.stage_calls import stage_call
+    from kvconform.families.text_to_unit import generate_settings, probe_text_to_unit, text_prompt
+
+    model = family_model("seamless_m4t")
+    _, results = healthy("seamless_m4t")
+    text, mask = text_prompt(model, 2, 2)  # the probe's: plan seed 0 + 2
+    settings = generate_settings(model, text, mask, 8)
+    call = stage_call(model, "t2u_model", settings)
+    with torch.inference_mode():
+        output = model.generate(**settings, return_intermediate_token_ids=True)
+        encoded = model.text_encoder(input_ids=text, attention_mask=mask).last_hidden_state
+        states = model.text_decoder(input_ids=output.sequences, encoder_hidden_states=encoded,
+                                    encoder_attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(call["inputs_embeds"], states, rtol=0, atol=1e-6)
+    assert mask.sum(-1).tolist() == [7, 6] and call["decoder_input_ids"].tolist() == [[2, 251], [2, 251]]
+    units = probe_text_to_unit(model, ProbePlan(batch_size=2, prompt_length=6, decode_steps=8, seed=0, generate=False))
+    assert torch.equal(units.run.full, output.unit_sequences), (units.run.full, output.unit_sequences)
+    assert results["growth"].measured == "2→3→4→5→6→7→8→9→10", "the decoder prompt [t2u eos, lang], one unit a step"
+    assert results["cross_growth"].measured == "→".join(["12"] * 9), "2 + 10 text positions"
+    assert results["shapes"].measured == "[2, 2, 10, 32]" and results["cross_shapes"].measured == "[2, 2, 12, 32]"
+    assert "t2u units [2, 10], text [2, 12] and waveform" in results["codebook_generate"].message, results["codebook_generate"].message
+
+
+def test_a_t2u_cross_half_computed_from_another_encoder_input_is_caught_and_located(family_model):
+    """SeamlessM4T's t2u decode steps that recompute the cross-attention K/V from the t2u encoder's input instead of its
+    output: the same length in every layer, so growth, shapes and bytes of both halves pass; parity fails from decode
+    step 1, located at layer 0's cross-attention keys, and encoder_once sees the cross half rewritten."""
+    with planted("t2u_cross_from_encoder_input"):
+        _, results = probe_and_check(family_model("seamless_m4t"), TEXT_TO_AUDIO)
+    failed = {name for name, result in results.items() if not result.passed}
+    assert failed == {"parity", "codebook_parity", "encoder_once", "codebook_generate"}, failed
+    parity = results["parity"].message
+    assert "diverge from the uncached reference at decode step 1" in parity, parity
+    assert "first K/V divergence at layer 0, position 0 (cross-attention keys): values differ" in parity, parity
+    assert "rewritten at decode step 1" in results["encoder_once"].message
 
 
 def test_codebook_frames_inside_a_text_stream_are_decoded_as_generate_decodes_them(healthy, family_model):

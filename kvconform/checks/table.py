@@ -30,6 +30,9 @@ CACHE_PATHS = GENERATE_PATHS
 #: The chunked prefill: causal LMs and encoder-decoders (the decoder prompt in chunks over the encoder output once); a
 #: media prompt's chunks split its placeholders, which generate() hands pre-encoded features per chunk (not built).
 CHUNKED_PATHS = (CAUSAL_LM, *ENCODER_DECODER)
+#: The cross-attention checks: encoder-decoders, and text-to-audio cells whose driver records a cross-attention half
+#: (SeamlessM4T's text-to-unit decoder; the family's other cells skip them as not applicable, ``FamilyProbe.not_applicable``).
+CROSS_CHECKS = (*ENCODER_DECODER, TEXT_TO_AUDIO)
 
 
 @dataclass(frozen=True)
@@ -129,12 +132,12 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
               "round trip; quanto/HQQ: the residual, and packed values that dequantize to the design's)",
               caches=QUANTIZED_KINDS, families=(CAUSAL_LM, *MULTIMODAL)),
     CheckInfo("cross_growth", "every cross-attention layer holds the encoder length from the prefill on, never growing",
-              families=ENCODER_DECODER),
+              families=CROSS_CHECKS),
     CheckInfo("cross_shapes", "cross-attention K/V are [B, H_kv, encoder length, head_dim] with the decoder's heads",
-              families=ENCODER_DECODER),
-    CheckInfo("cross_bytes", "cross-attention K/V bytes equal the formula with S = encoder length", families=ENCODER_DECODER),
+              families=CROSS_CHECKS),
+    CheckInfo("cross_bytes", "cross-attention K/V bytes equal the formula with S = encoder length", families=CROSS_CHECKS),
     CheckInfo("encoder_once", "the encoder runs once; the cross K/V written at the prefill are read at every step",
-              families=ENCODER_DECODER),
+              families=CROSS_CHECKS),
     # The dynamic cache only: on 5.24 each of the 4 non-passing static text_only results (of 83 static multimodal cells)
     # repeated its cell's own parity@static failure (docs/performance.md, "What the matrix prunes").
     CheckInfo("text_only", "a text-only prompt on a vision- or audio-language model: parity and growth", caches=("dynamic",),

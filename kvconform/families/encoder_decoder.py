@@ -74,13 +74,22 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
     encoder_in = encoder_inputs(model, plan.batch_size, max(2, plan.prompt_length - 1), plan.seed, forbidden)
     start = torch.full((plan.batch_size, 1), _decoder_start(model))
     prompt = torch.cat([start, text_ids(plan.batch_size, plan.prompt_length - 1, plan.seed, vocab, forbidden)], dim=1).to(device)
+    run, encoder_length, calls = drive_encoder_decoder(model, plan, encoder_in.tensors, prompt, forbidden)
+    return EncoderDecoderRun(run, encoder_length, calls, encoder_in.recipe, _generate_inputs(model, encoder_in.tensors, prompt))
+
+
+def drive_encoder_decoder(model: Model, plan: ProbePlan, tensors: dict[str, torch.Tensor], prompt: torch.Tensor,
+                          forbidden: set[int]) -> tuple[FamilyRun, int, int]:
+    """The cached decode of ``prompt`` over the encoder input ``tensors`` against one uncached decoder pass, both cache
+    halves snapshotted every step. Returns the run, the encoder length and the encoder's calls during the decode and
+    its reference (the paths after them are not counted)."""
     # Built before the encoder's calls are counted: a static cell of an encoder the outer forward runs measures its length.
-    forwards, encoder_length = encoder_decoder_forwards(model, plan, encoder_in.tensors, prompt)
+    forwards, encoder_length = encoder_decoder_forwards(model, plan, tensors, prompt)
     calls: list[int] = []
     hook = model.get_encoder().register_forward_hook(lambda *_: calls.append(1))
     counted: dict[str, int] = {}
 
-    def decoded() -> None:  # the cached run and its reference only: the paths after it are not counted
+    def decoded() -> None:
         counted["calls"] = len(calls)
 
     try:
@@ -88,8 +97,7 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
         run = drive(model, plan, driver)
     finally:
         hook.remove()
-    return EncoderDecoderRun(run, encoder_length(), counted["calls"], encoder_in.recipe,
-                             _generate_inputs(model, encoder_in.tensors, prompt))
+    return run, encoder_length(), counted["calls"]
 
 
 def encoder_decoder_forwards(model: Model, plan: ProbePlan, tensors: dict[str, torch.Tensor],
@@ -136,7 +144,7 @@ def encoder_decoder_forwards(model: Model, plan: ProbePlan, tensors: dict[str, t
         # The encoder inputs too, as a teacher-forced call passes them: some models build the decoder's causal
         # mask only from them (FSMT); the encoder itself is not run again (its output is given).
         encoder_length()
-        return decoder(ids, False, **({} if image else tensors), **kept(keep))
+        return decoder(ids, False, **({} if image else {k: v for k, v in tensors.items() if k not in mask}), **kept(keep))
 
     def make_cache(kind: str, length: int) -> Any:
         return _static_cache(model, length, encoder_length()) if kind == "static" else None

@@ -24,7 +24,6 @@ the thinker on the prompt, builds the talker's inputs from the thinker's hidden 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
@@ -39,6 +38,7 @@ from kvconform.families.depth_codebooks import DepthTrace
 from kvconform.families.inputs import special_token_ids, text_ids
 from kvconform.families.omni_code_predictor import has_code_predictor, residual_driver
 from kvconform.families.omni_code_predictor import settings as code_predictor_settings
+from kvconform.families.stage_calls import stage_call, through_stage
 from kvconform.probe.cache_io import seq_length
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
@@ -79,35 +79,9 @@ def generate_settings(model: Model, text: torch.Tensor, steps: int) -> dict[str,
             "talker_do_sample": False, "talker_eos_token_id": [int(talker.tts_codec_pad_token_id), int(talker.tts_codec_end_token_id)]}
 
 
-class _Called(Exception):
-    """Raised by the stand-in ``talker.generate`` once it has kept its arguments."""
-
-
-def _through_talker(model: Model, settings: dict[str, Any], talker_generate: Callable[..., Any]) -> Any:
-    """``model.generate(**settings)`` with ``talker_generate`` in place of the talker's own ``generate``."""
-    model.talker.generate = talker_generate
-    try:
-        with torch.inference_mode():
-            return model.generate(**settings)
-    finally:
-        del model.talker.generate
-
-
 def talker_call(model: Model, settings: dict[str, Any]) -> dict[str, Any]:
     """The arguments ``generate()`` calls ``talker.generate`` with (tensors cloned before the talker runs)."""
-    kept: dict[str, Any] = {}
-
-    def keep(**call: Any) -> Any:
-        kept.update({k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in call.items()})
-        raise _Called
-
-    try:
-        _through_talker(model, settings, keep)
-    except _Called:
-        pass
-    if not kept:
-        raise RuntimeError(f"{type(model).__name__}.generate() returned without calling its talker")
-    return kept
+    return stage_call(model, "talker", settings)
 
 
 def _driver(model: Model, call: dict[str, Any]) -> Driver:
@@ -180,7 +154,7 @@ def run_omni_generate(model: Model, settings: dict[str, Any]) -> GenerateRun:
 
         torch.manual_seed(0)
         try:
-            results[use_cache] = _through_talker(model, {**settings, "use_cache": use_cache}, talker_generate)
+            results[use_cache] = through_stage(model, "talker", {**settings, "use_cache": use_cache}, talker_generate)
         except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
             return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
     run = compare_generated(described, talkers[True], talkers[False])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.build.models import Model
@@ -21,6 +22,7 @@ from kvconform.families.multimodal import probe_multimodal
 from kvconform.families.omni_talker import is_thinker_talker_model, probe_omni_talker
 from kvconform.families.streaming_codes import is_streaming_codes_model, probe_streaming_codes
 from kvconform.families.streaming_encoder import is_streaming_encoder_model, probe_streaming_encoder
+from kvconform.families.text_to_unit import is_text_to_unit_model, probe_text_to_unit
 from kvconform.probe.decode import OwnCache, ProbePlan, ProbeRecord
 from kvconform.probe.generate_inputs import GenerateInputs
 
@@ -39,6 +41,12 @@ STREAMING_NOT_APPLICABLE = {
                  "generate() reads input_values to make them (modeling_kyutai_speech_to_text.py:736-739, :826-858)",
     "media_calls": "a streaming model's generate() takes only the audio (its text starts at bos_token_id), so there is "
                    "no text-only call to bracket the audio calls with; the generate and beam paths give it the audio",
+}
+#: The cross-attention checks a text-to-audio cell whose driver records no cross-attention half cannot take.
+NO_CROSS_HALF = {
+    name: "its driver records no cross-attention half (in this family only the text-to-unit driver does: SeamlessM4T's "
+          "t2u decoder over its encoder)"
+    for name in ("cross_growth", "cross_shapes", "cross_bytes", "encoder_once")
 }
 
 
@@ -97,8 +105,22 @@ def _half_record(run: FamilyRun, name: str) -> ProbeRecord:
     return replace(run.record, steps=steps)
 
 
+def _cross_half(run: FamilyRun, config: Any, encoder_length: int, encoder_calls: int) -> CrossHalf:
+    """The cross-attention half of ``run``, in the geometry the decoder's ``config`` gives it over ``encoder_length``."""
+    geometry, explanation = cross_attention_geometry(config, encoder_length)
+    return CrossHalf(_half_record(run, CROSS_HALF), geometry, explanation, encoder_length, encoder_calls,
+                     run.half_storage[CROSS_HALF])
+
+
 def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
-    """Probe ``model`` as a cell of ``family`` (vision- or audio-language, or encoder-decoder)."""
+    """Probe ``model`` as a cell of ``family`` (vision- or audio-language, encoder-decoder, or text-to-audio)."""
+    probe = _probe(model, plan, family)
+    if family == TEXT_TO_AUDIO and probe.cross is None:
+        probe.not_applicable = {**NO_CROSS_HALF, **probe.not_applicable}
+    return probe
+
+
+def _probe(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     config = model.config
     if family == AUDIO_LANGUAGE and is_streaming_codes_model(model):
         streaming = probe_streaming_codes(model, plan)
@@ -118,13 +140,16 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     if family in ENCODER_DECODER:
         result = probe_encoder_decoder(model, plan)
         geometry, explanation = self_attention_geometry(config)
-        cross_geometry, cross_explanation = cross_attention_geometry(config, result.encoder_length)
-        cross = CrossHalf(
-            _half_record(result.run, CROSS_HALF), cross_geometry, cross_explanation, result.encoder_length,
-            result.encoder_calls, result.run.half_storage[CROSS_HALF],
-        )
+        cross = _cross_half(result.run, config, result.encoder_length, result.encoder_calls)
         inputs = f"encoder: {result.recipe} -> {result.encoder_length} encoder positions"
         return FamilyProbe(result.run.record, geometry, explanation, inputs, cross=cross, generate_inputs=result.generate_inputs)
+    if family == TEXT_TO_AUDIO and is_text_to_unit_model(model):
+        units = probe_text_to_unit(model, plan)
+        t2u = model.t2u_model.config  # its decoder fields are the t2u_* ones (modeling_seamless_m4t.py:1853-1856)
+        geometry, explanation = self_attention_geometry(t2u)
+        heads = CodebookHeads(1, units.run.row_deltas, (0,), units.generate)
+        return FamilyProbe(units.run.record, geometry, f"t2u model {explanation}", units.recipe,
+                           cross=_cross_half(units.run, t2u, units.encoder_length, units.encoder_calls), codebook=heads)
     if family == TEXT_TO_AUDIO and is_bark(model):
         bark = probe_bark(model, plan)
         geometry, explanation = self_attention_geometry(model.semantic.config)
