@@ -44,8 +44,9 @@ STREAMING_NOT_APPLICABLE = {
 }
 #: The cross-attention checks a text-to-audio cell whose driver records no cross-attention half cannot take.
 NO_CROSS_HALF = {
-    name: "its driver records no cross-attention half (in this family only the text-to-unit driver does: SeamlessM4T's "
-          "t2u decoder over its encoder)"
+    name: "no cross-attention half handed to these checks: the model's stages are decoder-only, or (MusicGen, Dia) the "
+          "driver does not hand its cross half to them yet (their cross K/V are in parity's K/V localization); only "
+          "SeamlessM4T's text-to-unit driver does"
     for name in ("cross_growth", "cross_shapes", "cross_bytes", "encoder_once")
 }
 
