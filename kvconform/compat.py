@@ -60,8 +60,11 @@ def mask_builder_inputs(build: Callable[..., Any], embeds: Any, cache: Any, star
 @functools.cache
 def mla_caches_latents(model_type: str) -> bool:
     """Whether this release's multi-head latent attention of ``model_type`` caches the compressed latent and the shared
-    rotary key (5.15+: the attention class defines ``expand_kv``, which rebuilds K/V from them) rather than K/V expanded
-    to every query head (5.0-5.14: ``kv_b_proj`` output and the rotary key, concatenated before ``update``)."""
+    rotary key (5.15+: the attention class defines ``expand_kv``, which rebuilds K/V from them, and its forward calls the
+    cache's ``update`` before ``expand_kv``) rather than K/V expanded to every query head (5.0-5.14: ``kv_b_proj``
+    output and the rotary key, concatenated before ``update``; the sparse-attention types of 5.15-5.17, deepseek_v32,
+    glm_moe_dsa, axk2, hy_v4, glm5_next, call ``expand_kv`` first and cache its output, modeling_axk2.py:619-623 in
+    5.17.0, where 5.18 updates first, :617-620 in 5.18.0)."""
     from transformers.models.auto.configuration_auto import model_type_to_module_name
 
     name = model_type_to_module_name(model_type)
@@ -69,7 +72,19 @@ def mla_caches_latents(model_type: str) -> bool:
         module = importlib.import_module(f"transformers.models.{name}.modeling_{name}")
     except ImportError:  # no modeling module of that name: the newest design
         return True
-    return any(callable(getattr(value, "expand_kv", None)) for value in vars(module).values() if isinstance(value, type))
+    classes = [value for value in vars(module).values() if isinstance(value, type) and callable(getattr(value, "expand_kv", None))]
+    return any(_updates_before_expanding(cls) for cls in classes)
+
+
+def _updates_before_expanding(cls: type) -> bool:
+    """Whether ``cls.forward`` hands the cache the latents (its ``.update(`` call comes before ``expand_kv(``); a
+    forward whose source cannot be read counts as the newest design."""
+    try:
+        source = inspect.getsource(getattr(cls, "forward"))  # noqa: B009 - any class; mypy knows no forward on type
+    except (OSError, TypeError):
+        return True
+    update, expand = source.find(".update("), source.find("expand_kv(")
+    return expand < 0 or 0 <= update < expand
 
 
 def record_past(cache: Any, tokens: int) -> bool:
