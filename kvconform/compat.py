@@ -214,6 +214,9 @@ def generation_positions(model: Any, start: int, length: int) -> dict[str, Any]:
     return {"cache_position": torch.arange(start, start + length)}
 
 
+#: The decoder inputs of an encoder-decoder forward (:func:`feed_cache_position` leaves such calls alone).
+DECODER_INPUTS = ("decoder_input_ids", "decoder_inputs_embeds")
+
 #: The attribute where :func:`feed_cache_position` keeps the tokens a cache without ``get_seq_length`` has seen.
 SEEN = "_kvconform_seen"
 
@@ -226,6 +229,8 @@ def feed_cache_position(model: Any) -> bool:
     forward pre-hook fills it, only when a cache is passed and the caller gave none, with the next positions
     ``arange(seen, seen + length)``: ``seen`` is the cache's ``get_seq_length()``, or, for caches without one
     (5.0's ``MambaCache``), the tokens fed to it, kept on the cache object (so a copied cache keeps its count).
+    A call with decoder inputs (an encoder-decoder's) is left alone: its ``input_ids``, where given, are the encoder's
+    (Florence-2's outer forward takes both), and its decoder numbers the tokens its cache takes itself.
     Returns whether the hook was installed (once).
     """
     if "cache_position" not in inspect.signature(model.forward).parameters or getattr(model, "_kvconform_positions", False):
@@ -236,6 +241,8 @@ def feed_cache_position(model: Any) -> bool:
         return next((kwargs[k] for k in CACHE_KEYWORDS if kwargs.get(k) is not None), None)
 
     def query(kwargs: dict[str, Any]) -> Any:
+        if any(kwargs.get(name) is not None for name in DECODER_INPUTS):  # an encoder-decoder numbers its decoder itself
+            return None
         return kwargs.get("input_ids") if kwargs.get("input_ids") is not None else kwargs.get("inputs_embeds")
 
     def before(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:

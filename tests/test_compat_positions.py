@@ -111,3 +111,20 @@ def test_record_past_passes_the_crop_count_where_the_release_takes_it() -> None:
     assert record_past(Keyword(), 3) and record_past(Bare(), 3)
     assert calls == [{"recurrent_states_to_keep": 3}, {}]
     assert not record_past(object(), 3)  # before 5.15: no recording
+
+
+class _EncoderDecoder(torch.nn.Module):
+    """An outer encoder-decoder forward given both the encoder's ids and the decoder's (Florence-2's)."""
+
+    def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor, past_key_values: Any = None,
+                cache_position: Any = None, use_cache: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(past_key_values=past_key_values, positions=cache_position)
+
+
+def test_an_encoder_decoder_call_is_left_alone() -> None:
+    model = _EncoderDecoder()
+    feed_cache_position(model)
+    cache = SimpleNamespace(get_seq_length=lambda: 0)
+    out = model(input_ids=torch.zeros(2, 22, dtype=torch.long), decoder_input_ids=torch.zeros(2, 6, dtype=torch.long),
+                past_key_values=cache)
+    assert out.positions is None  # not the encoder's 22 positions: the decoder numbers its own tokens
