@@ -105,10 +105,25 @@ def record_past(cache: Any, tokens: int) -> bool:
 
 
 def all_linear(cache: Any) -> bool:
-    """Whether every layer of ``cache`` is a linear-attention (recurrent) layer; releases whose caches have no
-    ``is_linear`` (before the linear-attention layer classes) have none."""
-    flags = getattr(cache, "is_linear", None) or []
+    """Whether every layer of ``cache`` is a linear-attention (recurrent) layer.
+
+    ``Cache.is_linear`` says so from 5.13; 5.5-5.12 have the linear-attention layer classes without it, so there the
+    layers are read the way ``is_linear`` reads them (a ``LinearAttentionCacheLayerMixin`` that is not also an attention
+    ``CacheLayerMixin``, as 5.5's ``LinearAttentionAndFullAttentionLayer`` is). Releases before those classes have none.
+    """
+    flags = getattr(cache, "is_linear", None)
+    if flags is None:
+        flags = _linear_layer_flags(getattr(cache, "layers", None) or [])
     return bool(flags) and all(flags)
+
+
+def _linear_layer_flags(layers: list[Any]) -> list[bool]:
+    """``Cache.is_linear`` for a release whose ``Cache`` lacks the property but has the layer classes (5.5-5.12)."""
+    try:
+        from transformers.cache_utils import CacheLayerMixin, LinearAttentionCacheLayerMixin
+    except ImportError:  # before the linear-attention layer classes
+        return []
+    return [isinstance(layer, LinearAttentionCacheLayerMixin) and not isinstance(layer, CacheLayerMixin) for layer in layers]
 
 
 #: Config switches that ask for CUDA-only kernels, with the value that runs the model's own torch code. Older
