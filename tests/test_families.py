@@ -373,6 +373,40 @@ def test_delayed_codebooks_hold_the_start_token():
     assert dia.to_model(torch.arange(6).view(6, 1)).tolist() == [[[0, 1, 2]], [[3, 4, 5]]], "Dia: [B, S, K]"
 
 
+def test_codebook_cross_halves_come_from_the_decoder_config(healthy):
+    """MusicGen and Dia hand their cross-attention half to the cross checks: S = the text encoder's 5 positions, the
+    heads from the decoder config (MusicGen: its self-attention heads; Dia: its cross_* fields, 16 KV heads of 128
+    across beside 2 of 16 in self-attention), the encoder run once. MusicGen Melody has no cross half."""
+    _, results = healthy("musicgen")
+    assert results["cross_growth"].measured == "→".join(["5"] * 9)
+    assert results["cross_shapes"].measured == "[2, 4, 5, 16]" and results["encoder_once"].measured == "1 run"
+    dia, dia_results = healthy("dia")
+    assert dia_results["cross_shapes"].measured == "[2, 16, 5, 128]" and dia_results["shapes"].measured == "[2, 2, 14, 16]"
+    assert "H_kv=16 from cross_num_key_value_heads, head_dim=128 from cross_head_dim" in dia_results["cross_shapes"].message
+    # 2 layers x (128 + 128) x 16 heads x 5 positions x batch 2 x 4 bytes.
+    assert dia_results["cross_bytes"].measured == f"{2 * 256 * 16 * 5 * 2 * 4:,} B"
+    assert dia.cross is not None and dia.cross.encoder_calls == 1
+    melody, melody_results = healthy("musicgen_melody")
+    assert melody.cross is None and "encoder_once" in melody.not_applicable and "encoder_once" not in melody_results
+
+
+@pytest.mark.parametrize("model_type", ["musicgen", "dia"])
+def test_a_codebook_decoders_growing_cross_half_is_caught_where_parity_cannot_see_it(family_model, model_type):
+    """Every decode step appends the encoder's K/V to the cross half again (``cross_grows``): attention over the same
+    K/V repeated gives the same weights, so parity and codebook_parity pass and only the cross rows catch it, located at
+    layer 0 after decode step 1. MusicGen's own generate() also raises (the text attention mask it hands the
+    cross-attention no longer fits the grown K/V); Dia's generate() returns the same codes."""
+    with planted("cross_grows"):
+        _, results = probe_and_check(family_model(model_type), TEXT_TO_AUDIO)
+    failed = {name for name, result in results.items() if not result.passed}
+    expected = {"cross_growth", "cross_shapes", "cross_bytes", "encoder_once"}
+    assert failed == expected | ({"codebook_generate"} if model_type == "musicgen" else set()), failed
+    assert results["cross_growth"].measured == "5→10→15→20→25→30→35→40→45"
+    assert "layer 0 stores 10 positions after decode step 1, expected the encoder length 5" in results["cross_growth"].message
+    assert "layer 0 were rewritten at decode step 1" in results["encoder_once"].message, results["encoder_once"].message
+    assert results["parity"].passed and results["codebook_parity"].passed, "the repeated K/V leave the logits as they were"
+
+
 def test_a_depth_decoder_decodes_each_frames_codebooks_through_its_own_cache(healthy):
     """CSM: the backbone's text prompt then one frame a step; every frame's codebooks 1..K-1 from the depth decoder,
     its cache empty every frame, one position per codebook, each head against one uncached depth pass."""

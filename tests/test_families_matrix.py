@@ -65,8 +65,8 @@ def test_family_cells_run_their_family_checks_only() -> None:
     # The one generate() path runs on vision-, audio-language and encoder-decoder cells too (given their prompt).
     assert runs["t5-s2s"] == {"parity", "bytes", "generate", "cross_growth", "encoder_once"}
     assert runs["llava-vl"] == runs["qwen2_audio-al"] == {"parity", "bytes", "generate", "text_only"}
-    # The cross rows are planned for every text-to-audio cell; those whose driver records no cross half skip them as not
-    # applicable when probed (FamilyProbe.not_applicable), SeamlessM4T's text-to-unit cell runs them.
+    # The cross rows are planned for every text-to-audio cell; the decoder-only ones skip them as not applicable when
+    # probed (FamilyProbe.not_applicable), MusicGen's, Dia's and SeamlessM4T's text-to-unit cells run them.
     assert runs["musicgen-ta"] == runs["dia-ta"] == {"parity", "bytes", "codebook_parity", "cross_growth", "encoder_once"}
 
 

@@ -8,8 +8,10 @@ so the family decode loop runs unchanged over ``B * K`` rows and each row's logi
   token at its first ``delays[k] + 1`` positions, and every decode step forces it there too, as ``generate()``'s
   delay pattern does (MusicGen: ``build_delay_pattern_mask``, a delay of ``k``; Dia: ``config.delay_pattern``);
 - the text conditioning: an encoder-decoder (MusicGen, Dia) runs its text encoder once and every decoder call reads
-  its output (a cross-attention cache, ``EncoderDecoderCache``); MusicGen Melody prepends the projected text and
-  chroma states to the decoder sequence, so the cache holds that prefix before the codes;
+  its output (a cross-attention cache, ``EncoderDecoderCache``), driven by the encoder-decoder sweep's own
+  ``drive_encoder_decoder`` (the encoder's calls counted, the cross half snapshotted every step for the cross checks);
+  MusicGen Melody prepends the projected text and chroma states to the decoder sequence (its decoder layers have
+  self-attention only, modeling_musicgen_melody.py:300-362), so the cache holds that prefix before the codes;
 - the reference: ONE uncached pass over the whole code sequence with the same conditioning.
 """
 
@@ -23,10 +25,9 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
-from kvconform.families import CROSS_HALF
 from kvconform.families.decode import Driver, FamilyRun, drive
+from kvconform.families.encoder_decoder import drive_encoder_decoder
 from kvconform.families.inputs import special_token_ids, text_ids
-from kvconform.probe.cache_io import cross_layers
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
 
@@ -181,6 +182,9 @@ class CodebookRun:
     layout: Layout
     recipe: str
     generate: GenerateRun
+    encoder: tuple[int, int] | None = None
+    """(length, calls during the decode and its reference) of the text encoder whose output every decoder call reads
+    through cross-attention (MusicGen, Dia); ``None`` where the conditioning is prepended to the codes (MusicGen Melody)."""
 
 
 def _prompt(codes: Layout, plan: ProbePlan, device: torch.device) -> torch.Tensor:
@@ -197,43 +201,30 @@ def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
     text_config = getattr(config, "text_encoder", None) or getattr(config, "encoder_config", None) or config
     text = text_ids(plan.batch_size, TEXT_TOKENS, plan.seed + 2, int(text_config.vocab_size), special_token_ids(text_config)).to(device)
     prompt = _prompt(codes, plan, device)
-    melody = hasattr(model, "audio_enc_to_dec_proj")
-    make = _prefix_driver if melody else _cross_driver
-    driver, prefix, encoder_length = make(model, codes, text, prompt)
-    run_plan = replace(plan, prompt_length=prefix + plan.prompt_length)
-    run = drive(model, run_plan, driver)
-    where = f"prepended conditioning of {prefix} positions" if melody else f"cross-attention over {encoder_length} encoder positions"
+    encoder = None
+    if hasattr(model, "audio_enc_to_dec_proj"):  # MusicGen Melody
+        driver, prefix = _prefix_driver(model, codes, text, prompt)
+        run = drive(model, replace(plan, prompt_length=prefix + plan.prompt_length), driver)
+        where = f"prepended conditioning of {prefix} positions"
+    else:
+        # MusicGen and Dia, as the encoder-decoder sweep drives a model: the text encoder once (counted), every decoder
+        # call reads its output through the cross-attention half of the cache.
+        run, length, calls = drive_encoder_decoder(model, plan, {"input_ids": text}, prompt, set(), codes.delayed, codes.to_model)
+        encoder = (length, calls)
+        where = f"cross-attention over {length} encoder positions"
     recipe = (f"text input_ids [B, {TEXT_TOKENS}] ({where}); codes [B x {codes.codebooks}, {plan.prompt_length}]"
               f"{' as [B, S, K]' if codes.channels_last else ''}, start token {codes.start} in frame 0, delays "
               f"{list(codes.delays)} ({codes.source})")
     start = time.perf_counter()
     generated = run_generate(model, text, plan.decode_steps)
     run.record.timings["generate_s"] = time.perf_counter() - start
-    return CodebookRun(run, codes, recipe, generated)
+    return CodebookRun(run, codes, recipe, generated, encoder)
 
 
-def _cross_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torch.Tensor) -> tuple[Driver, int, int]:
-    """MusicGen and Dia: the text encoder once, every decoder call reads its output through cross-attention.
-    Returns (driver, positions prepended to the codes: none, encoder length)."""
-    keyword = cache_keyword(model)
-    encoded: dict[str, Any] = {"outputs": model.get_encoder()(input_ids=text)}
-
-    def decoder(ids: torch.Tensor, use_cache: bool, **extra: Any) -> Any:
-        return model(encoder_outputs=encoded["outputs"], decoder_input_ids=codes.to_model(ids), use_cache=use_cache, **extra)
-
-    def call(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
-        return fed_back(decoder(ids, True, **({keyword: cache} if cache is not None else {})), cache)
-
-    forwards = Forwards(model=model, prompt=prompt, start=call, more=call, reference=lambda ids, keep: decoder(ids, False),
-                        make_cache=lambda kind, length: None, default_cache=lambda: None)
-    driver = Driver(forwards, constrain=codes.delayed, extra_halves={CROSS_HALF: cross_layers})
-    return driver, 0, int(encoded["outputs"][0].shape[1])
-
-
-def _prefix_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torch.Tensor) -> tuple[Driver, int, int]:
+def _prefix_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torch.Tensor) -> tuple[Driver, int]:
     """MusicGen Melody: the forward prepends the text and chroma conditioning to the codes; decode steps run the
     decoder alone on the cache (``prepare_inputs_for_generation`` drops the conditioning once it is cached).
-    Returns (driver, conditioning positions prepended to the codes, the same as its encoder length)."""
+    Returns (driver, conditioning positions prepended to the codes)."""
     keyword = cache_keyword(model.decoder)
 
     def outer(ids: torch.Tensor, use_cache: bool) -> Any:
@@ -248,5 +239,4 @@ def _prefix_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torc
     prefix = int(outer(prompt[:, :1], False).logits.shape[1]) - 1
     forwards = Forwards(model=model, prompt=prompt, start=start, more=more, reference=lambda ids, keep: outer(ids, False),
                         make_cache=lambda kind, length: None, default_cache=lambda: None)
-    driver = Driver(forwards, constrain=codes.delayed, offset=prefix)
-    return driver, prefix, prefix
+    return Driver(forwards, constrain=codes.delayed, offset=prefix), prefix

@@ -27,6 +27,11 @@ from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
 from kvconform.probe.generate_inputs import GenerateInputs
 
+#: ``(tokens [rows, 1], their position) -> tokens``: ids ``generate()`` forces (``Driver.constrain``).
+Constrain = Callable[[torch.Tensor, int], torch.Tensor]
+#: ``ids [rows, S] -> the decoder_input_ids the model takes``.
+DecoderIds = Callable[[torch.Tensor], torch.Tensor]
+
 
 @dataclass
 class EncoderDecoderRun:
@@ -79,12 +84,14 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
 
 
 def drive_encoder_decoder(model: Model, plan: ProbePlan, tensors: dict[str, torch.Tensor], prompt: torch.Tensor,
-                          forbidden: set[int]) -> tuple[FamilyRun, int, int]:
+                          forbidden: set[int], constrain: Constrain | None = None,
+                          decoder_ids: DecoderIds | None = None) -> tuple[FamilyRun, int, int]:
     """The cached decode of ``prompt`` over the encoder input ``tensors`` against one uncached decoder pass, both cache
-    halves snapshotted every step. Returns the run, the encoder length and the encoder's calls during the decode and
-    its reference (the paths after them are not counted)."""
+    halves snapshotted every step (``constrain``: ids ``generate()`` forces, ``decoder_ids``: the decoder's layout of
+    the ids, as in ``encoder_decoder_forwards``). Returns the run, the encoder length and the encoder's calls during the
+    decode and its reference (the paths after them are not counted)."""
     # Built before the encoder's calls are counted: a static cell of an encoder the outer forward runs measures its length.
-    forwards, encoder_length = encoder_decoder_forwards(model, plan, tensors, prompt)
+    forwards, encoder_length = encoder_decoder_forwards(model, plan, tensors, prompt, decoder_ids)
     calls: list[int] = []
     hook = model.get_encoder().register_forward_hook(lambda *_: calls.append(1))
     counted: dict[str, int] = {}
@@ -93,18 +100,19 @@ def drive_encoder_decoder(model: Model, plan: ProbePlan, tensors: dict[str, torc
         counted["calls"] = len(calls)
 
     try:
-        driver = Driver(forwards, forbidden, extra_halves={CROSS_HALF: cross_layers}, after_decode=decoded)
+        driver = Driver(forwards, forbidden, extra_halves={CROSS_HALF: cross_layers}, constrain=constrain, after_decode=decoded)
         run = drive(model, plan, driver)
     finally:
         hook.remove()
     return run, encoder_length(), counted["calls"]
 
 
-def encoder_decoder_forwards(model: Model, plan: ProbePlan, tensors: dict[str, torch.Tensor],
-                             prompt: torch.Tensor) -> tuple[Forwards, Callable[[], int]]:
+def encoder_decoder_forwards(model: Model, plan: ProbePlan, tensors: dict[str, torch.Tensor], prompt: torch.Tensor,
+                             decoder_ids: DecoderIds | None = None) -> tuple[Forwards, Callable[[], int]]:
     """The forwards of an encoder-decoder cell, as generate() calls it: the encoder runs once (at the first prefill), and
     every decoder forward, cached or not, reads its output; the cache is generate()'s two halves (a static cell's cross
-    half sized to the encoder output). Returns them and the encoder length (known once the encoder ran)."""
+    half sized to the encoder output). ``decoder_ids`` maps the ``[rows, S]`` ids the decode loop keeps to the layout the
+    decoder takes (Dia's codebook channels ``[B, S, K]``). Returns them and the encoder length (known once the encoder ran)."""
     keyword = cache_keyword(model)
     encoder = model.get_encoder()
     alone = set(tensors) <= set(inspect.signature(encoder.forward).parameters)
@@ -124,14 +132,17 @@ def encoder_decoder_forwards(model: Model, plan: ProbePlan, tensors: dict[str, t
     def kept(keep: int | None) -> dict[str, int]:
         return keep_logits(model, keep) if keep is not None else {}
 
+    def laid_out(ids: torch.Tensor) -> torch.Tensor:
+        return decoder_ids(ids) if decoder_ids is not None else ids
+
     def decoder(ids: torch.Tensor, use_cache: bool, **extra: Any) -> Any:
-        return model(encoder_outputs=encoded["outputs"], decoder_input_ids=ids, use_cache=use_cache, **mask, **extra)
+        return model(encoder_outputs=encoded["outputs"], decoder_input_ids=laid_out(ids), use_cache=use_cache, **mask, **extra)
 
     def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
         given = {keyword: cache} if cache is not None else {}
         if "outputs" not in encoded and not alone:
             # An encoder over text with the image merged in by the outer model (Florence-2) runs inside the outer forward.
-            output = model(**tensors, decoder_input_ids=ids, use_cache=True, **given, **kept(keep))
+            output = model(**tensors, decoder_input_ids=laid_out(ids), use_cache=True, **given, **kept(keep))
             encoded["outputs"] = BaseModelOutput(last_hidden_state=output.encoder_last_hidden_state)
             return fed_back(output, cache)
         encoder_length()  # as generate() does: the encoder once, then every decoder call reads its output

@@ -1,7 +1,8 @@
 """Cache geometry of the encoder-decoder halves, from config evidence.
 
 Self-attention (decoder): one layer per decoder layer, ``[B, H_kv, S, head_dim]`` growing by one per
-step. Cross-attention: the same heads and head size, holding the encoder's length from the prefill on.
+step. Cross-attention: the same heads and head size (or the decoder's own ``cross_*`` fields where its
+cross-attention has heads of its own: Dia), holding the encoder's length from the prefill on.
 Decoder fields win over shared ones (``decoder_layers`` over ``num_hidden_layers``, which BART maps to
 the encoder); T5 gives its per-head width as ``d_kv``.
 """
@@ -52,15 +53,24 @@ class DecoderHeads:
     evidence: str
 
 
-def decoder_heads(config: Any) -> DecoderHeads:
+#: The decoder fields of a cross-attention with heads of its own, read before the shared ones for the cross half: Dia's
+#: ``DiaCrossAttention`` takes ``cross_num_attention_heads``, ``cross_num_key_value_heads`` and ``cross_head_dim``
+#: (modeling_dia.py:330-333), unlike its self-attention (DiaDecoderConfig defaults: 4 KV heads in self-attention, 16
+#: across, configuration_dia.py:66-70).
+CROSS_FIELDS: dict[str, tuple[str, ...]] = {"heads": ("cross_num_attention_heads",), "kv": ("cross_num_key_value_heads",), "head_dim": ("cross_head_dim",)}
+
+
+def decoder_heads(config: Any, cross: bool = False) -> DecoderHeads:
+    """The decoder's layers, KV heads and head size; ``cross``: those of its cross-attention."""
     decoder = _decoder_config(config)
+    own: dict[str, tuple[str, ...]] = CROSS_FIELDS if cross else {}
     layers, layers_from = _get(decoder, "decoder_layers", "num_decoder_layers", "decoder_num_hidden_layers", "num_hidden_layers", "num_layers")
-    heads, heads_from = _get(decoder, "decoder_attention_heads", "num_decoder_attention_heads", "decoder_num_attention_heads",
-                             "num_attention_heads", "num_heads")
-    kv, kv_from = _get(decoder, "decoder_num_key_value_heads", "num_key_value_heads")
+    heads, heads_from = _get(decoder, *own.get("heads", ()), "decoder_attention_heads", "num_decoder_attention_heads",
+                             "decoder_num_attention_heads", "num_attention_heads", "num_heads")
+    kv, kv_from = _get(decoder, *own.get("kv", ()), "decoder_num_key_value_heads", "num_key_value_heads")
     if kv is None:
         kv, kv_from = heads, f"{heads_from} (no KV-head field: MHA)"
-    head_dim, dim_from = _get(decoder, "d_kv", "head_dim")
+    head_dim, dim_from = _get(decoder, *own.get("head_dim", ()), "d_kv", "head_dim")
     if head_dim is None:
         width, width_from = _get(decoder, "d_model", "hidden_size")
         head_dim, dim_from = int(width) // int(heads), f"{width_from} / {heads_from}"
@@ -98,8 +108,9 @@ def self_attention_geometry(config: Any) -> tuple[CacheGeometry, str]:
 
 
 def cross_attention_geometry(config: Any, encoder_length: int) -> tuple[CacheGeometry, str]:
-    """The cross-attention half: the decoder's heads over ``encoder_length`` positions, in every decoder layer."""
-    heads = decoder_heads(config)
+    """The cross-attention half: the decoder's (cross-attention) heads over ``encoder_length`` positions, in every
+    decoder layer."""
+    heads = decoder_heads(config, cross=True)
     layers = tuple(
         CrossLayerGeometry(i, FULL, f"{CROSS_HALF} layer {i}", heads.kv_heads, heads.head_dim, heads.head_dim,
                            encoder_length=encoder_length)

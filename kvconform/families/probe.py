@@ -42,11 +42,12 @@ STREAMING_NOT_APPLICABLE = {
     "media_calls": "a streaming model's generate() takes only the audio (its text starts at bos_token_id), so there is "
                    "no text-only call to bracket the audio calls with; the generate and beam paths give it the audio",
 }
-#: The cross-attention checks a text-to-audio cell whose driver records no cross-attention half cannot take.
+#: The cross-attention checks a text-to-audio cell without a cross-attention half cannot take (MusicGen, Dia and
+#: SeamlessM4T's text-to-unit model have one and take them).
 NO_CROSS_HALF = {
-    name: "no cross-attention half handed to these checks: the model's stages are decoder-only, or (MusicGen, Dia) the "
-          "driver does not hand its cross half to them yet (their cross K/V are in parity's K/V localization); only "
-          "SeamlessM4T's text-to-unit driver does"
+    name: "no cross-attention half: the stages this cell decodes are decoder-only, their conditioning in the "
+          "self-attention cache (MusicGen Melody's prepended text and chroma states, its decoder layers self-attention "
+          "only: modeling_musicgen_melody.py:300-362; a backbone's or thinker's prompt)"
     for name in ("cross_growth", "cross_shapes", "cross_bytes", "encoder_once")
 }
 
@@ -178,5 +179,6 @@ def _probe(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         codes = probe_codebook(model, plan)
         geometry, explanation = self_attention_geometry(config)
         heads = CodebookHeads(codes.layout.codebooks, codes.run.row_deltas, codes.layout.delays, codes.generate)
-        return FamilyProbe(codes.run.record, geometry, explanation, codes.recipe, codebook=heads)
+        half = _cross_half(codes.run, config, *codes.encoder) if codes.encoder is not None else None
+        return FamilyProbe(codes.run.record, geometry, explanation, codes.recipe, cross=half, codebook=heads)
     raise ValueError(f"no family probe for {family!r}")
