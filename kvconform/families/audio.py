@@ -16,6 +16,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.families.inputs import MediaInputs, count_features, encoder_config
+from kvconform.families.registry import audio_window_field
 from kvconform.transformers_memo import auto_mapping
 
 #: Length of the synthetic waveform when the tower does not fix it.
@@ -73,11 +74,12 @@ def _sizing(cls: type, config: Any) -> tuple[dict[str, Any], dict[str, Any], str
     if width is not None and int(defaults.get("feature_size") or 1) > 1:  # mel features: as many bins as the tower reads
         kwargs["feature_size"] = int(width)
     rate = int(defaults["sampling_rate"])
-    source = getattr(tower, "max_source_positions", None)
+    field = audio_window_field(config.model_type)
+    source = getattr(tower, field, None)
     if isinstance(source, int) and "n_samples" in defaults:  # Whisper-style: a window of exactly the tower's frames
         samples = 2 * source * int(defaults["hop_length"])
         window = {"chunk_length": samples / rate, "n_samples": samples, "nb_max_frames": samples // int(defaults["hop_length"])}
-        return kwargs, window, f"{samples} samples at {rate} Hz (its window: 2 x max_source_positions {source} frames)"
+        return kwargs, window, f"{samples} samples at {rate} Hz (its window: 2 x {field} {source} frames)"
     return kwargs, {}, f"{round(AUDIO_SECONDS * rate)} samples at {rate} Hz"
 
 

@@ -66,6 +66,12 @@ def decoder_prompt(model_type: str) -> dict[str, str]:
     return dict((family_table().get("decoder_prompt") or {}).get(model_type) or {})
 
 
+def audio_window_field(model_type: str) -> str:
+    """The audio tower's field that holds its positions per Whisper-style window (``audio_window`` in families.yaml),
+    else ``max_source_positions``."""
+    return str((family_table().get("audio_window") or {}).get(model_type) or "max_source_positions")
+
+
 def forward_defaults(model_type: str) -> dict[str, Any]:
     """Forward keywords every call of a type's cells carries (``forward_defaults`` in families.yaml), else {}."""
     return dict((family_table().get("forward_defaults") or {}).get(model_type) or {})
