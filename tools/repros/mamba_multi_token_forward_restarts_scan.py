@@ -13,6 +13,7 @@ prefix extended by several tokens, computes other logits than one prefill of the
 Build a seeded tiny model of each type, prefill 6 tokens once and in 3 cached forwards of 2 tokens, and compare
 the logits at every position and the recurrent state. Exit 1 when the chunks leave one prefill, else 0.
 """
+import inspect
 import sys
 
 import torch
@@ -34,7 +35,20 @@ ATOL, RTOL = 1e-5, 3e-5
 
 
 def cache_of(output):
-    return getattr(output, "cache", None) or getattr(output, "past_key_values", None)
+    return next((value for name in ("cache", "past_key_values", "cache_params") if (value := getattr(output, name, None)) is not None), None)
+
+
+def cache_keyword(model) -> str:
+    """The forward's cache keyword: ``cache`` from 5.24, ``past_key_values`` or ``cache_params`` before."""
+    names = inspect.signature(model.forward).parameters
+    return next(name for name in ("cache", "past_key_values", "cache_params") if name in names)
+
+
+def first_recurrent_state(cache):
+    """Layer 0's recurrent state where the cache keeps it per layer (5.15+), else None."""
+    layer = next((layer for layer in getattr(cache, "layers", None) or [] if getattr(layer, "recurrent_states", None) is not None), None)
+    states = None if layer is None else layer.recurrent_states
+    return states if states is None or isinstance(states, torch.Tensor) else states[0]  # a dict or list of them
 
 
 @torch.inference_mode()
@@ -47,17 +61,16 @@ def main() -> int:
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
         one = model(input_ids=prompt, use_cache=True)
         uncached = model(input_ids=prompt, use_cache=False).logits
-        cache, chunks = None, []
+        cache, chunks, keyword = None, [], cache_keyword(model)
         for start in range(0, 6, 2):
-            output = model(input_ids=prompt[:, start : start + 2], use_cache=True, **({"cache": cache} if cache is not None else {}))
+            output = model(input_ids=prompt[:, start : start + 2], use_cache=True, **({keyword: cache} if cache is not None else {}))
             cache = cache_of(output)
             chunks.append(output.logits)
         chunked = torch.cat(chunks, dim=1)
         limit = ATOL + RTOL * float(uncached.abs().max())
         per_position = (chunked - one.logits).abs().amax(dim=(0, 2))
-        state = next(layer for layer in cache.layers if getattr(layer, "recurrent_states", None))
-        one_state = next(layer for layer in cache_of(one).layers if getattr(layer, "recurrent_states", None))
-        state_delta = float((state.recurrent_states[0] - one_state.recurrent_states[0]).abs().max())
+        state, one_state = first_recurrent_state(cache), first_recurrent_state(cache_of(one))
+        state_delta = float((state - one_state).abs().max()) if state is not None and one_state is not None else float("nan")
         print(f"{model_type}: one prefill vs uncached |Δ| {float((one.logits - uncached).abs().max()):.2g}; 3 chunks of 2 vs one "
               f"prefill, per position: {', '.join(f'{d:.2g}' for d in per_position.tolist())} (limit {limit:.2g}); first recurrent "
               f"state |Δ| {state_delta:.3g}")
