@@ -20,11 +20,18 @@ CACHE_KEYWORDS = ("cache", "past_key_values", "cache_params")
 
 def cache_keyword(model: Any) -> str:
     """The forward keyword this release's model expects for the cache (``cache`` from 5.24 on)."""
-    params = inspect.signature(model.forward).parameters
-    for keyword in CACHE_KEYWORDS:
-        if keyword in params:
-            return keyword
-    raise TypeError(f"{type(model).__name__}.forward takes none of {', '.join(CACHE_KEYWORDS)}")
+    keyword = taken_cache_keyword(model.forward)
+    if keyword is None:
+        raise TypeError(f"{type(model).__name__}.forward takes none of {', '.join(CACHE_KEYWORDS)}")
+    return keyword
+
+
+def taken_cache_keyword(forward: Callable[..., Any]) -> str | None:
+    """The cache keyword of ``forward`` (:data:`CACHE_KEYWORDS`), or ``None`` where it takes no cache: a model that
+    keeps its state in its own layers (RecurrentGemma up to 5.3: ``_setup_cache`` fills the layers' key_states and
+    recurrent_states, modeling_recurrent_gemma.py:250-256 and :615-618 in 5.3.0; 5.4 takes ``past_key_values``)."""
+    params = inspect.signature(forward).parameters
+    return next((keyword for keyword in CACHE_KEYWORDS if keyword in params), None)
 
 
 def cache_argument(function: Callable[..., Any]) -> str:

@@ -128,3 +128,22 @@ def test_an_encoder_decoder_call_is_left_alone() -> None:
     out = model(input_ids=torch.zeros(2, 22, dtype=torch.long), decoder_input_ids=torch.zeros(2, 6, dtype=torch.long),
                 past_key_values=cache)
     assert out.positions is None  # not the encoder's 22 positions: the decoder numbers its own tokens
+
+
+class _OwnState(torch.nn.Module):
+    """A forward that takes no cache (RecurrentGemma up to 5.3 keeps its state in its layers)."""
+
+    def forward(self, input_ids: torch.Tensor, cache_position: Any = None, use_cache: bool = True) -> None:
+        return None
+
+
+def test_a_model_that_takes_no_cache_has_no_cache_cells() -> None:
+    from kvconform.build.support import state_support
+    from kvconform.compat import taken_cache_keyword
+
+    assert taken_cache_keyword(_OwnState.forward) is None
+    assert taken_cache_keyword(_Recurrent.forward) == "cache_params"
+    assert taken_cache_keyword(_Attention.forward) == "past_key_values"
+    reason = state_support(_OwnState)
+    assert reason is not None and "_OwnState.forward takes no cache argument" in reason
+    assert state_support(_Attention) is None

@@ -23,7 +23,7 @@ import torch
 from kvconform.build.geometry import cache_geometry
 from kvconform.build.model_types import model_class
 from kvconform.build.models import Model
-from kvconform.compat import feed_cache_position
+from kvconform.compat import CACHE_KEYWORDS, feed_cache_position, taken_cache_keyword
 from kvconform.matrix import INT_QUANTIZED, QUANTIZED, ModelSpec, missing_backend
 
 #: A cache length for trial construction (the layers are allocated lazily).
@@ -132,9 +132,19 @@ def spec_paths(spec: ModelSpec) -> dict[str, str | None]:
             "flex_attention": attention_support(cls, "flex_attention"), "crop": crop_support(cls)}
 
 
+def state_support(cls: Any) -> str | None:
+    """Why ``cls`` has no cache to test, or ``None``: its forward takes no cache argument (it keeps its state in its
+    own layers, outside transformers' Cache classes, as RecurrentGemma does up to 5.3)."""
+    if taken_cache_keyword(cls.forward) is None:
+        return (f"{cls.__name__}.forward takes no cache argument (none of {', '.join(CACHE_KEYWORDS)}): it keeps its "
+                "state in its own layers, outside transformers' Cache classes")
+    return None
+
+
 def cell_support(model: Model, cache: str, attn: str) -> str | None:
     """Why a cell with ``cache`` and ``attn`` cannot run on ``model``, or ``None``."""
-    reason = attention_support(type(model), attn) or cache_support(type(model), model.config, cache)
+    reason = (state_support(type(model)) or attention_support(type(model), attn)
+              or cache_support(type(model), model.config, cache))
     if reason is None and attn == "flex_attention" and model.device.type == "cpu":
         from kvconform.build.flex_check import flex_disagreement
 

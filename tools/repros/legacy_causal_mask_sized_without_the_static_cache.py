@@ -10,14 +10,28 @@ raises the same way ("Incorrect 4D attention_mask shape"); mpt, mvp, trocr, spee
 the same way in 5.0-5.1, and 5.2 moves them to masking_utils.create_causal_mask (modeling_xglm.py:472 in 5.2.0), which
 sizes the mask by the cache. RoFormer keeps `get_extended_attention_mask(attention_mask, input_shape)` over a mask of
 past + new columns (modeling_roformer.py:718 in 5.8.1) until 5.9 moves it to masking_utils: its eager attention adds a
-6-column mask to 14 keys (RuntimeError).
-Exit 1 when a prefill into a StaticCache raises on the mask's size (XGLM up to 5.1, RoFormer up to 5.8); 0 when both run.
+6-column mask to 14 keys (RuntimeError); BigBird, MegatronBert and RemBert alike (get_extended_attention_mask,
+modeling_big_bird.py:1667, modeling_megatron_bert.py:632, modeling_rembert.py:564 in 5.8.1; masking_utils from 5.9).
+Exit 1 when a prefill into a StaticCache raises on the mask's size (XGLM up to 5.1, the BERT-style decoders up to 5.8);
+0 when all run.
 """
 import sys
 
 import torch
 import transformers
-from transformers import RoFormerConfig, RoFormerForCausalLM, StaticCache, XGLMConfig, XGLMForCausalLM
+from transformers import (
+    BigBirdConfig,
+    BigBirdForCausalLM,
+    MegatronBertConfig,
+    MegatronBertForCausalLM,
+    RemBertConfig,
+    RemBertForCausalLM,
+    RoFormerConfig,
+    RoFormerForCausalLM,
+    StaticCache,
+    XGLMConfig,
+    XGLMForCausalLM,
+)
 
 TRANSFORMERS = "<5.9"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
 
@@ -46,6 +60,15 @@ def main() -> int:
                               max_position_embeddings=64, is_decoder=True, attn_implementation="eager")
     raised = [prefill_raises("XGLM (eager)", XGLMForCausalLM(xglm).eval(), xglm),
               prefill_raises("RoFormer (eager)", RoFormerForCausalLM(roformer).eval(), roformer)]
+    sizes = {key: getattr(roformer, key) for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                                    "intermediate_size", "max_position_embeddings", "is_decoder")}
+    for name, config_class, model_class, extra in (
+        ("BigBird", BigBirdConfig, BigBirdForCausalLM, {"attention_type": "original_full"}),
+        ("MegatronBert", MegatronBertConfig, MegatronBertForCausalLM, {}),
+        ("RemBert", RemBertConfig, RemBertForCausalLM, {"input_embedding_size": 64, "output_embedding_size": 64}),
+    ):
+        config = config_class(**sizes, **extra, attn_implementation="eager")
+        raised.append(prefill_raises(f"{name} (eager)", model_class(config).eval(), config))
     return 1 if any(raised) else 0
 
 
