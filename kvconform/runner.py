@@ -164,7 +164,7 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
         if generated is not None:
             generated.cached_logits = None  # used: the record outlives the cell
     chunked = record.chunked
-    if chunked is not None and chunked.steps and plan.cache == "dynamic" and inputs is not None:  # the path users run
+    if chunked is not None and chunked.steps and plan.cache == "dynamic" and plan.generate and inputs is not None:  # the path users run
         from kvconform.probe.chunked import run_chunked_generate
 
         start = time.perf_counter()

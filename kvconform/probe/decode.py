@@ -318,7 +318,8 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         start = time.perf_counter()
         generate = run_generate(model, GenerateInputs.of_ids(prompt), plan.decode_steps, plan.cache, keep_logits=plan.calls)
         timings["generate_s"] = time.perf_counter() - start
-    if chunked is not None and chunked.steps and plan.cache == "dynamic":  # the path users run, with generate()'s own cache
+    # The path users run, with generate()'s own cache; one of generate()'s token paths, so only where those run.
+    if chunked is not None and chunked.steps and plan.cache == "dynamic" and plan.generate:
         start = time.perf_counter()
         plain = generate.cached_tokens if generate is not None and generate.error is None else None
         chunked.generate = run_chunked_generate(model, GenerateInputs.of_ids(prompt), plan.decode_steps, chunked.chunk_size, plain)
