@@ -93,3 +93,14 @@ def test_linear_attention_layers_keep_no_kv_and_count_zero_bytes():
 def test_bytes_formula_matches_the_seeds_worked_example():
     config = AutoConfig.for_model("llama", num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, head_dim=128)
     assert cache_geometry(config).expected_bytes(batch=1, seen=1024, max_cache_len=None, bytes_per_value=2) == 134_217_728
+
+
+def test_full_attention_layers_read_their_own_head_width_and_kv_heads():
+    # gemma4 states the full-attention layers' head width and (with attention_k_eq_v) KV heads as config fields up
+    # to 5.14 and as per_layer_config overrides from 5.15: both read the same.
+    config = AutoConfig.for_model("gemma4_text", num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"],
+                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+                                  attention_k_eq_v=True, num_global_key_value_heads=1, sliding_window=4)
+    sliding, full = cache_geometry(config).layers
+    assert (sliding.kv_heads, sliding.k_head_dim, sliding.v_head_dim) == (2, 16, 16)
+    assert (full.kv_heads, full.k_head_dim, full.v_head_dim) == (1, 32, 32)

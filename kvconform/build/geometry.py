@@ -113,11 +113,15 @@ def _latent_mla(config: Any) -> bool:
     return bool(getattr(config, "kv_lora_rank", None)) and mla_caches_latents(getattr(config, "model_type", ""))
 
 
-def kv_heads(config: Any, sliding: bool = False) -> tuple[int, str]:
-    """KV heads after GQA/MQA, with the evidence used (sliding layers read ``swa_num_key_value_heads`` if set)."""
+def kv_heads(config: Any, sliding: bool = False, full: bool = False) -> tuple[int, str]:
+    """KV heads after GQA/MQA, with the evidence used (sliding layers read ``swa_num_key_value_heads`` if set;
+    full-attention layers ``num_global_key_value_heads`` where ``attention_k_eq_v`` turns it on, as gemma4's
+    attention does up to 5.14, modeling_gemma4.py:1195-1198 in 5.14.1; later releases state it in ``per_layer_config``)."""
     query = int(_get(config, "num_attention_heads", "n_head", "num_heads"))
     if sliding and _get(config, "swa_num_key_value_heads"):
         return int(config.swa_num_key_value_heads), "swa_num_key_value_heads (sliding layer)"
+    if full and getattr(config, "attention_k_eq_v", False) and _get(config, "num_global_key_value_heads"):
+        return int(config.num_global_key_value_heads), "num_global_key_value_heads (full-attention layer, attention_k_eq_v)"
     if getattr(config, "kv_lora_rank", None):
         if _latent_mla(config):
             return 1, "MLA latent cache (kv_lora_rank set): one shared latent 'head'"
@@ -141,11 +145,15 @@ def uses_rope(config: Any, index: int) -> tuple[bool, str]:
     return True, "rotary"
 
 
-def head_dims(config: Any, sliding: bool = False, rotary: bool = True) -> tuple[int, int, str]:
+def head_dims(config: Any, sliding: bool = False, rotary: bool = True, full: bool = False) -> tuple[int, int, str]:
     """(K head dim, V head dim, evidence): MLA latents have K and V of different widths, and a NoPE layer's
-    rotary slot is empty; sliding layers read ``swa_head_dim`` if set."""
+    rotary slot is empty; sliding layers read ``swa_head_dim`` if set, full-attention layers ``global_head_dim``
+    (gemma4 up to 5.14: ``self.head_dim = config.global_head_dim if not self.is_sliding``, modeling_gemma4.py:1194
+    in 5.14.1; later releases state it in ``per_layer_config``)."""
     if sliding and _get(config, "swa_head_dim"):
         return int(config.swa_head_dim), int(config.swa_head_dim), "swa_head_dim (sliding layer)"
+    if full and _get(config, "global_head_dim"):
+        return int(config.global_head_dim), int(config.global_head_dim), "global_head_dim (full-attention layer)"
     rank = getattr(config, "kv_lora_rank", None)
     if rank and not _latent_mla(config):
         nope, rope, value = (int(_get(config, name) or 0) for name in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
@@ -237,12 +245,12 @@ def cache_geometry(config: Any) -> CacheGeometry:
         if kind == NO_KV:
             layers.append(LayerGeometry(index=slot, kind=kind, reason=reason))
             continue
-        heads, _ = kv_heads(layer_config, sliding=kind == SLIDING)
+        heads, _ = kv_heads(layer_config, sliding=kind == SLIDING, full=kind == FULL)
         heads *= _declared_layout(text).get(f"{kind}_kv_heads_multiplier", 1)
         rotary, rope_reason = uses_rope(text, index)
         if not rotary and getattr(layer_config, "kv_lora_rank", None):  # the only layout a NoPE layer changes
             reason += f"; {rope_reason}"
-        k_dim, v_dim, _ = head_dims(layer_config, sliding=kind == SLIDING, rotary=rotary)
+        k_dim, v_dim, _ = head_dims(layer_config, sliding=kind == SLIDING, rotary=rotary, full=kind == FULL)
         layers.append(LayerGeometry(slot, kind, reason, heads, k_dim, v_dim, window))
     query = int(_get(layer_configs[0], "num_attention_heads", "n_head", "num_heads") or 0)
     return CacheGeometry(layers=tuple(layers), query_heads=query)

@@ -50,6 +50,10 @@ SIZES: dict[str, int | float] = {
     # Sparse indexers split their head into a content part and qk_rope_head_dim (16) rotary dims, half and
     # half by default: at 16 the content part would be empty and whole rows of ReLU scores tie at 0.
     "index_head_dim": 32,
+    # The full-attention layers' head width, where a config states it as a field (gemma4 and gemma4_unified up to
+    # 5.14: global_head_dim 512 beside head_dim 256, configuration_gemma4.py:183 in 5.14.1); later releases fold it
+    # into a per_layer_config override that the shrink scales by the same ratio to 16 × 512/256 = 32.
+    "global_head_dim": 32,
     "rotary_dim": 8,
     **dict.fromkeys(
         ("intermediate_size", "ffn_dim", "decoder_ffn_dim", "encoder_ffn_dim", "n_inner", "d_ff",
@@ -125,7 +129,9 @@ SIZES: dict[str, int | float] = {
 }
 
 #: Key/value head counts: shrunk to 2 (GQA against 4 query heads) unless the default is 1 (MQA).
-KV_HEAD_FIELDS = ("num_key_value_heads", "num_kv_heads", "kv_n_heads", "swa_num_key_value_heads")
+KV_HEAD_FIELDS = (
+    "num_key_value_heads", "num_kv_heads", "kv_n_heads", "swa_num_key_value_heads", "num_global_key_value_heads",
+)
 
 #: Layer counts, whose value becomes the number of distinct per-layer kinds (at least 2).
 LAYER_FIELDS = (
