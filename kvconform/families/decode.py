@@ -129,6 +129,9 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     logits, caches_seen, sequence = [output.logits[:, -1, :]], [], [prompt]
     halves: dict[str, list[list[LayerState]]] = {name: [] for name in driver.extra_halves}
     storage: dict[str, list[list[tuple[int, int] | None]]] = {name: [] for name in driver.extra_halves}
+    # Every recorded tensor stays referenced until the decode ends: a freed one's memory could otherwise be handed to
+    # its replacement, whose pointer would then read as the same tensor (a rewrite seen steps late, or not at all).
+    held: list[Any] = []
 
     def snapshot(cache: Any) -> None:
         caches_seen.append((seq_length(cache), snapshot_layers(cache)))
@@ -136,6 +139,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
             layers = layers_of(cache)
             halves[name].append(snapshot_layers(_Layers(layers)))
             storage[name].append(_storage(layers))
+            held.append([(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in layers])
 
     snapshot(cache)
     start = time.perf_counter()
