@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from kvconform.cells import Cell, check_applies, plan_cells, plan_field, shard, untestable
+from kvconform.collection_gc import CollectionGc
 from kvconform.known_failures import ExpectedFailure, known_failure
 from kvconform.matrix import Matrix, MatrixError, load_matrix
 from kvconform.report.document import count_not_run, finite_or_null
@@ -144,6 +145,7 @@ def pytest_configure(config: pytest.Config) -> None:
     quiet_torch_trace()
     if not _runs_no_tests(config):  # an xdist controller starts its workers without importing torch
         isolate_inductor_cache()
+        config.pluginmanager.register(CollectionGc(worker=hasattr(config, "workerinput")), "kvconform-collection-gc")
     state = KvconformState(config, _matrix_or_usage_error(config))
     config.stash[STATE] = state
     if not state.is_worker:
