@@ -104,3 +104,15 @@ def test_full_attention_layers_read_their_own_head_width_and_kv_heads():
     sliding, full = cache_geometry(config).layers
     assert (sliding.kv_heads, sliding.k_head_dim, sliding.v_head_dim) == (2, 16, 16)
     assert (full.kv_heads, full.k_head_dim, full.v_head_dim) == (1, 32, 32)
+
+
+def test_attention_head_dim_is_the_head_width_where_no_head_dim_aliases_it():
+    # Zamba states its head width as attention_head_dim (2 * hidden_size // num_attention_heads by default); releases
+    # before 5.5 have no head_dim alias for it, where hidden_size / num_attention_heads is half the width it caches.
+    from types import SimpleNamespace
+
+    from kvconform.build.geometry import head_dims
+
+    config = SimpleNamespace(hidden_size=64, num_attention_heads=4, attention_head_dim=32)
+    assert head_dims(config) == (32, 32, "attention_head_dim")
+    assert head_dims(SimpleNamespace(hidden_size=64, num_attention_heads=4, head_dim=16, attention_head_dim=32))[:2] == (16, 16)

@@ -166,6 +166,12 @@ def head_dims(config: Any, sliding: bool = False, rotary: bool = True, full: boo
     head_dim = _get(config, "head_dim")
     if head_dim:
         return int(head_dim), int(head_dim), "head_dim"
+    # Zamba states its head width as attention_head_dim (default 2 * hidden_size // num_attention_heads,
+    # modeling_zamba.py:229 reads it); releases before 5.5 do not alias head_dim to it (configuration_zamba.py:56
+    # in 5.5.4 adds the attribute_map entry).
+    head_dim = _get(config, "attention_head_dim")
+    if head_dim:
+        return int(head_dim), int(head_dim), "attention_head_dim"
     hidden = int(_get(config, "hidden_size", "n_embd", "d_model"))
     heads = int(_get(config, "num_attention_heads", "n_head", "num_heads"))
     return hidden // heads, hidden // heads, "hidden_size / num_attention_heads"
