@@ -60,7 +60,11 @@ def _call(model: Model, what: str, prompt: torch.Tensor, media: MediaInputs | No
     except Exception as exc:  # noqa: BLE001 - a crash of one call fails this check, with its words
         return GenerateCall(what, [], 0.0, 0.0, error=f"generate() raised {type(exc).__name__}: {exc}"[:500])
     full = out.sequences
-    reference = model(input_ids=full, **inputs(full, media, prompt.shape[1]), **whole_pass(model, prompt.shape[1]))
+    # The reference is given the mask generate() was given: a forward without one may not build the prompt's positions
+    # (the Qwen omni thinkers compute their multimodal rotary index only with an attention_mask,
+    # compute_3d_position_ids in modeling_qwen2_5_omni.py:1817-1849 in 5.24.0, and use plain positions otherwise).
+    reference = model(input_ids=full, attention_mask=torch.ones_like(full), **inputs(full, media, prompt.shape[1]),
+                      **whole_pass(model, prompt.shape[1]))
     reference = reference.logits[:, prompt.shape[1] - 1 : -1]
     delta = max(float(row_delta(logits, reference[:, k]).max()) for k, logits in enumerate(out.logits))
     scale = float(torch.nan_to_num(reference.float()).abs().max())

@@ -10,7 +10,8 @@ beams of one prompt then score their tokens on different images (the cached run 
 cache; an uncached run re-runs each row with the image of its row), so cached and uncached beam search part. 5.18
 encodes the media once before the expansion and expands the features per image
 (_prepare_multimodal_encoder_kwargs_for_generation, _expand_multimodal_outputs, generation/utils.py:1025-1048, 1127-1198
-in 5.18.0): Kimi-K2.5 and MiniMax-M3-VL (one feature entry per image) pass from 5.18. 5.18 still interleaves the entries
+in 5.18.0): Kimi-K2.5, MiniMax-M3-VL and the Qwen omni thinkers (one feature entry per image; the thinkers'
+_expand_inputs_for_generation defers to the generic one, modeling_qwen2_5_omni.py:2057-2075 in 5.16.1) pass from 5.18. 5.18 still interleaves the entries
 (``repeat_interleave``), wrong where a prompt's image has several (Cohere2-Vision's tiles, MiniCPM-V 4.6's slices); 5.19
 repeats each prompt's group whole (``inputs.repeat(...)``). HunYuan-VL's get_image_features returns all images' features
 as one entry until 5.20 splits them per image (modeling_hunyuan_vl.py:981-986 in 5.20.2); Inkling is left out of the
@@ -33,6 +34,10 @@ TEXT = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hid
 VISION = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "patch_size": 8,
           "image_size": 32}
 MROPE = {"rope_theta": 10000.0, "rope_type": "default", "mrope_section": [2, 3, 3]}
+THINKER_AUDIO = {"num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 128, "d_model": 64,
+                 "output_dim": 64, "max_source_positions": 64}
+THINKER_VISION = {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4, "patch_size": 8,
+                  "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 64}
 CONFIGS = {
     "cohere2_vision": {"text_config": {**TEXT, "model_type": "cohere2", "sliding_window": 4,
                                        "layer_types": ["sliding_attention", "full_attention"]},
@@ -72,6 +77,16 @@ CONFIGS = {
                          "image_bos_token_id": 253, "audio_bos_token_id": 252,
                          "vision_config": {"text_hidden_size": 64, "patch_size": 20, "temporal_patch_size": 2, "hidden_size": 64,
                                            "n_layers": 2, "num_attention_heads": 4}},
+    # the Qwen omni thinkers: their _expand_inputs_for_generation defers to the generic one (modeling_qwen2_5_omni.py:2057-2075
+    # in 5.16.1); vision_start_token_id as every published thinker_config sets it (151652)
+    "qwen2_5_omni_thinker": {"audio_config": THINKER_AUDIO, "vision_config": THINKER_VISION, "text_config": {**TEXT, "rope_parameters": MROPE},
+                             "vision_start_token_id": 249, "audio_token_index": 255, "image_token_index": 254,
+                             "video_token_index": 253, "audio_start_token_id": 252, "audio_end_token_id": 251, "user_token_id": 250},
+    "qwen3_omni_moe_thinker": {"audio_config": THINKER_AUDIO, "vision_config": {**THINKER_VISION, "deepstack_visual_indexes": [1]},
+                               "text_config": {**TEXT, "rope_parameters": MROPE, "moe_intermediate_size": 64,
+                                               "num_experts_per_tok": 2, "num_experts": 4},
+                               "vision_start_token_id": 249, "audio_start_token_id": 255, "user_token_id": 250,
+                               "audio_token_id": 253, "image_token_id": 254, "video_token_id": 251},
 }
 
 
@@ -87,6 +102,9 @@ def media(model_type, seed):
             image["pixel_values"] = image["pixel_values"].reshape(32, 3, 8, 8)
             return image, 250, 8, [252], [253]
         return image, 255, 8, [], []
+    if model_type.endswith("_thinker"):  # a 4 x 8 grid of patches (2 frames of 8 x 8 pixels), merged 2 x 2 -> 8 tokens
+        image = {"pixel_values": torch.randn(32, 3 * 2 * 8 * 8, generator=g), "image_grid_thw": torch.tensor([[1, 4, 8]])}
+        return image, 254, 8, [249], []
     if model_type == "minicpmv4_6":  # 3 slices of 4 x 4 patches of 8 x 8 pixels, packed side by side; 16x: 1 token each
         slices = {"pixel_values": torch.randn(1, 3, 8, 3 * 16 * 8, generator=g),
                   "target_sizes": torch.tensor([[4, 4]] * 3, dtype=torch.int32)}
