@@ -70,8 +70,15 @@ def test_shards_cover_the_releases_once_each() -> None:
 
 
 def test_model_selection_names_exactly_the_entry() -> None:
-    assert model_selection(["llama", "t5-s2s"], "float32") == ["-k", "([llama[ or [t5-s2s[) and (float32)"]
+    assert model_selection(["llama", "t5-s2s"], "float32") == [
+        "-k", "([llama[ or [llama-vl[ or [llama-s2s[ or [llama-speech[ or [llama-al[ or [llama-ta[ or [t5-s2s[) and (float32)"]
     assert model_selection([], None) == []
+
+
+def test_a_bare_model_type_selects_its_family_entries() -> None:
+    """A family sweep names its entries TYPE-SUFFIX: ``--model qwen2_5_omni_thinker`` once selected no cell at all."""
+    (expression,) = model_selection(["qwen2_5_omni_thinker"], None)[1:]
+    assert "[qwen2_5_omni_thinker-vl[" in expression and "[qwen2_5_omni_thinker[" in expression
 
 
 def test_unmet_requirements_skip_torch_extras_and_what_is_installed() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvconform.families import ID_SUFFIX
 from kvconform.history.envs import ReleaseEnv
 from kvconform.report import ReportError, load_document
 
@@ -23,14 +24,21 @@ def model_selection(models: Sequence[str], keyword: str | None) -> list[str]:
     """pytest arguments that select matrix entries by id (``--model`` here) and a ``-k`` expression.
 
     A cell id is ``ID[dtype-device-cache…]`` inside a test name ``test_CHECK[ID[…]]``, so ``[ID[`` names
-    exactly that entry (``[llama[`` selects neither ``llama4`` nor ``code_llama``).
+    exactly that entry (``[llama[`` selects neither ``llama4`` nor ``code_llama``). A family sweep's entry is named
+    ``TYPE-SUFFIX`` (``qwen2_5_omni_thinker-vl``), so a bare model type also selects its family entries.
     """
     parts = []
     if models:
-        parts.append("(" + " or ".join(f"[{model}[" for model in models) + ")")
+        parts.append("(" + " or ".join(pattern for model in models for pattern in _entry_patterns(model)) + ")")
     if keyword:
         parts.append(f"({keyword})")
     return ["-k", " and ".join(parts)] if parts else []
+
+
+def _entry_patterns(model: str) -> list[str]:
+    if any(model.endswith(f"-{suffix}") for suffix in ID_SUFFIX.values()):
+        return [f"[{model}["]
+    return [f"[{model}[", *(f"[{model}-{suffix}[" for suffix in ID_SUFFIX.values())]
 
 
 def run_release(env: ReleaseEnv, root: Path, out_dir: Path, pytest_args: Sequence[str], timeout_s: float) -> dict[str, Any]:
