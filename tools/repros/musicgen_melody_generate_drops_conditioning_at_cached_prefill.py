@@ -57,7 +57,7 @@ def main() -> int:
     runs = {use_cache: model.generate(input_ids=text, use_cache=use_cache, do_sample=False, max_new_tokens=STEPS,
                                       guidance_scale=GUIDANCE, return_dict_in_generate=True, output_scores=True)
             for use_cache in (True, False)}
-    deltas = [float((a - b).abs().max()) for a, b in zip(runs[True].scores, runs[False].scores)]
+    deltas = [float((a - b).abs().max()) for a, b in zip(runs[True].scores, runs[False].scores, strict=True)]
     scale = max(float(s.abs().max()) for s in runs[False].scores)
     limit = 1e-5 + 3e-5 * scale
     print(f"max |score(use_cache=True) - score(use_cache=False)| per step: {', '.join(f'{d:.2e}' for d in deltas)} "
