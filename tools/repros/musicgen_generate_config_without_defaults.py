@@ -26,6 +26,7 @@ import torch
 import transformers
 from transformers import AutoConfig
 
+TRANSFORMERS = ">=5.15"  # 5.0-5.14 raise first (musicgen_causal_generate_reads_shape_of_an_int.py); tests/test_repros.py skips it there
 SEED, BATCH, PROMPT, STEPS = 0, 2, 6, 8
 ZERO_INIT_STD = 0.15
 
