@@ -224,6 +224,13 @@ def _config_shaped(model: Model, batch: int, seed: int, why: str) -> MediaInputs
         pixels = torch.randn(batch * GRID * GRID, channels * temporal * patch * patch, generator=generator)
         tensors = {"pixel_values": pixels.to(dtype), "image_grid_thw": torch.tensor([[1, GRID, GRID]] * batch)}
         recipe = f"flattened {GRID}x{GRID} patches with image_grid_thw"
+    elif _accepts(model, "spatial_shapes") and _accepts(model, "pixel_attention_mask"):
+        # Siglip2's NaFlex layout (LFM2-VL): flattened patches padded to a row, each row's patch grid and patch mask, as
+        # its processor makes them (image_processing_lfm2_vl_fast.py:521-550 in 5.3.0)
+        pixels = torch.randn(batch, GRID * GRID, channels * patch * patch, generator=generator)
+        tensors = {"pixel_values": pixels.to(dtype), "spatial_shapes": torch.tensor([[GRID, GRID]] * batch),
+                   "pixel_attention_mask": torch.ones(batch, GRID * GRID, dtype=torch.long)}
+        recipe = f"flattened {GRID}x{GRID} patches with spatial_shapes and pixel_attention_mask"
     elif _accepts(model, "image_grid_hw"):  # the same without the temporal axis (NemotronH Omni's processor layout)
         pixels = torch.randn(batch * GRID * GRID, channels * patch * patch, generator=generator)
         tensors = {"pixel_values": pixels.to(dtype), "image_grid_hw": torch.tensor([[GRID, GRID]] * batch)}

@@ -11,7 +11,9 @@ has none, so the second call raises. Two real paths leave such a layer:
 - Mllama on a text-only prompt: the text model skips its cross-attention layers (modeling_mllama.py:1175-1184 in 5.3.0),
   while the StaticCache is sized by num_hidden_layers, those included;
 - a T5-style config whose decoder is shallower than its encoder (num_decoder_layers < num_layers; published
-  google/t5-efficient-*-dl* checkpoints): generate() sizes the cache by num_layers (the encoder's count).
+  google/t5-efficient-*-dl* checkpoints): generate() sizes the cache by num_layers (the encoder's count);
+- RecurrentGemma from 5.4 (its forward takes a cache from then): only its attention blocks write the StaticCache
+  sized by num_hidden_layers, so the recurrent blocks' layers stay unwritten ('StaticSlidingWindowLayer' in the message).
 5.13 asks the cache for ``batch_size``, which skips layers that have not been initialised (``hasattr(layer,
 "batch_size")``, cache_utils.py:1437-1447 in 5.13.1; generation/utils.py:1833).
 Exit 1 when a second static generate() with the same arguments raises that AttributeError (for either model), else 0.
@@ -52,6 +54,13 @@ def main() -> int:
     t5 = T5ForConditionalGeneration(T5Config(vocab_size=256, d_model=64, d_kv=16, d_ff=128, num_layers=3,
                                              num_decoder_layers=2, num_heads=4, decoder_start_token_id=0)).eval()
     found |= twice(t5, "T5, 3 encoder and 2 decoder layers", input_ids=prompt, attention_mask=torch.ones_like(prompt))
+    torch.manual_seed(0)
+    config = transformers.AutoConfig.for_model("recurrent_gemma", vocab_size=256, hidden_size=64, intermediate_size=128,
+                                               num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=1,
+                                               lru_width=64, attention_window_size=4, pad_token_id=0)
+    gemma = transformers.AutoModelForCausalLM.from_config(config).eval()
+    found |= twice(gemma, "RecurrentGemma (recurrent, recurrent, attention)", input_ids=prompt,
+                   attention_mask=torch.ones_like(prompt))
     print(f"transformers {transformers.__version__}: {'bug' if found else 'no bug'}")
     return 1 if found else 0
 

@@ -8,6 +8,7 @@ From 5.5 ``StaticCache(config)`` builds recurrent layers for a hybrid config's n
 mask per entry of ``config.layer_types`` through ``LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING[layer_pattern]``
 (masking_utils.py:1472 in 5.5.4, :1524-1527 in 5.12.1), a table of attention types only, so "linear_attention"
 (Qwen3-Next, Qwen3.5), "conv" (LFM2) and "mamba" (Jamba, GraniteMoeHybrid) raise KeyError before the first forward.
+LFM2-VL's language model is LFM2: its static ``generate()`` with an image raises the same (the last row).
 Exit 1 while a static ``generate()`` raises or picks other tokens than the dynamic one, 0 when they agree.
 """
 import sys
@@ -33,17 +34,36 @@ CONFIGS = {
 }
 
 
+IMAGE_TOKEN = 250  # LFM2-VL: one image of 4 x 4 patches of 8 pixels, 2 x 2 placeholders after the 2 x 2 downsampling
+
+
+def build(model_type: str) -> tuple[torch.nn.Module, dict]:
+    """The model and its generate() inputs besides the prompt (LFM2-VL: an image in the processor's NaFlex layout)."""
+    torch.manual_seed(0)
+    if model_type != "lfm2_vl":
+        config = transformers.AutoConfig.for_model(model_type, **COMMON, **CONFIGS[model_type])
+        return transformers.AutoModelForCausalLM.from_config(config).float().eval(), {}
+    vision = {"model_type": "siglip2_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "patch_size": 8, "num_patches": 16}
+    config = transformers.AutoConfig.for_model("lfm2_vl", text_config={"model_type": "lfm2", **COMMON, **CONFIGS["lfm2"]},
+                                               vision_config=vision, image_token_id=IMAGE_TOKEN, projector_hidden_size=64)
+    image = {"pixel_values": torch.randn(2, 16, 3 * 8 * 8, generator=torch.Generator().manual_seed(1)),
+             "spatial_shapes": torch.tensor([[4, 4]] * 2), "pixel_attention_mask": torch.ones(2, 16, dtype=torch.long)}
+    return transformers.AutoModelForImageTextToText.from_config(config).float().eval(), image
+
+
 @torch.inference_mode()
 def reproduces(model_type: str) -> bool:
-    config = transformers.AutoConfig.for_model(model_type, **COMMON, **CONFIGS[model_type])
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).float().eval()
-    prompt = torch.randint(3, 256, (2, 6), generator=torch.Generator().manual_seed(0))
+    model, extra = build(model_type)
+    prompt = torch.randint(3, 240, (2, 6), generator=torch.Generator().manual_seed(0))
+    if extra:
+        prompt[:, 1:5] = IMAGE_TOKEN
     runs = {}
     for implementation in (None, "static"):
         try:
             runs[implementation] = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=6,
-                                                  do_sample=False, pad_token_id=0, cache_implementation=implementation)
+                                                  do_sample=False, pad_token_id=0, cache_implementation=implementation,
+                                                  **extra)
         except Exception as exc:  # the raise is the finding
             print(f"{model_type}: generate(cache_implementation={implementation!r}) raised {type(exc).__name__}: {exc}")
     bad = len(runs) < 2 or not torch.equal(runs[None], runs["static"])
@@ -54,7 +74,7 @@ def reproduces(model_type: str) -> bool:
 
 def main() -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
-    bad = [model_type for model_type in CONFIGS if reproduces(model_type)]
+    bad = [model_type for model_type in [*CONFIGS, "lfm2_vl"] if reproduces(model_type)]
     print(f"static generate() raises or parts from the dynamic one: {bad}" if bad else "static generate() agrees with dynamic")
     return 1 if bad else 0
 
