@@ -21,8 +21,32 @@ from kvconform.names import close_matches
 #: What an entry claims. Only ``model bug`` blames the model's code; it needs a repro (tools/repro.py).
 KINDS = ("model bug", "model limitation", "not testable")
 FIELDS = ("reason", "kind", "expect")
-#: Optional field: a PEP 440 specifier of the transformers releases the entry applies to (e.g. "<5.24").
+#: Optional field: a PEP 440 specifier of the transformers releases the entry applies to (e.g. "<5.24"), or several
+#: joined by ``||`` for a bug that a release fixed and a later one brought back (">=5.18,<5.24 || >=5.25").
 RELEASES = "transformers"
+#: Joins the alternatives of a releases field (PEP 440 specifiers have no "or").
+OR = "||"
+
+
+@dataclass(frozen=True)
+class Releases:
+    """The transformers releases a label or a repro is about: the union of one or more PEP 440 specifier sets."""
+
+    alternatives: tuple[SpecifierSet, ...]
+
+    def __contains__(self, version: object) -> bool:
+        return any(version in specifiers for specifiers in self.alternatives)
+
+    def __str__(self) -> str:
+        return f" {OR} ".join(str(specifiers) for specifiers in self.alternatives)
+
+
+def parse_releases(text: str) -> Releases:
+    """``text`` (``">=5.18,<5.24 || >=5.25"``) as :class:`Releases`; raises ``InvalidSpecifier`` for a bad part."""
+    parts = [part.strip() for part in text.split(OR)]
+    if any(not part for part in parts):
+        raise InvalidSpecifier(f"empty alternative in {text!r}")
+    return Releases(tuple(SpecifierSet(part) for part in parts))
 
 
 @dataclass(frozen=True)
@@ -67,15 +91,16 @@ def parse_known_failure(raw: Any, where: str, release: str | None = None) -> Kno
     return next((entry for entry, releases in parsed if releases is None or version in releases), None)
 
 
-def _parse_one(raw: Any, where: str) -> tuple[KnownFailure, SpecifierSet | None]:
+def _parse_one(raw: Any, where: str) -> tuple[KnownFailure, Releases | None]:
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where}: must be a mapping with {', '.join(FIELDS)}, got {type(raw).__name__}")
     releases = None
     if RELEASES in raw:
         try:
-            releases = SpecifierSet(str(raw[RELEASES]))
+            releases = parse_releases(str(raw[RELEASES]))
         except InvalidSpecifier:
-            raise ValueError(f"{where}.{RELEASES}: {raw[RELEASES]!r} is not a version specifier such as '<5.24'") from None
+            raise ValueError(f"{where}.{RELEASES}: {raw[RELEASES]!r} is not a version specifier such as '<5.24' "
+                             f"(alternatives joined by {OR!r})") from None
         raw = {key: value for key, value in raw.items() if key != RELEASES}
     unknown = sorted(set(raw) - set(FIELDS))
     missing = [name for name in FIELDS if name not in raw]

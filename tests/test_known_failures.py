@@ -83,6 +83,14 @@ def test_an_entry_can_name_the_transformers_releases_it_applies_to() -> None:
     assert parse_known_failure([old_only, newer], "e", release="5.20.0").reason == "fixed in 5.24"
     with pytest.raises(ValueError, match=r"e\[0\]\.transformers: 'soon' is not a version specifier"):
         parse_known_failure([{**old_only, "transformers": "soon"}, newer], "e", release="5.24.0")
+    with pytest.raises(ValueError, match=r"e\.transformers: '<5.24 \|\| ' is not a version specifier"):
+        parse_known_failure({**old_only, "transformers": "<5.24 || "}, "e", release="5.24.0")
+
+
+def test_a_bug_that_came_back_names_both_ranges() -> None:
+    back = {"reason": "fixed in 5.24, back in 5.25", "kind": "model bug", "expect": "x", "transformers": ">=5.18,<5.24 || >=5.25"}
+    assert [parse_known_failure(back, "e", release=r) is not None for r in ("5.17.0", "5.18.0", "5.24.0", "5.25.0")] == [
+        False, True, False, True]
 
 
 def test_keys_select_cache_and_attention_as_well_as_dtype() -> None:

@@ -1,7 +1,7 @@
 """The standalone repros behind the matrix's model-bug labels: each one is cited and shows its bug without kvconform.
 
 A script whose bug is in some transformers releases only declares them on a top-level line such as
-``TRANSFORMERS = "<5.24"`` (a PEP 440 specifier); under any other release its run is skipped with that reason,
+``TRANSFORMERS = "<5.24"`` (a PEP 440 specifier, or several joined by ``||``); under any other release its run is skipped with that reason,
 while the citation check still covers it. Exit 1: the bug is there; exit 2: the script cannot show it on this
 machine (its run is skipped with the script's own words, e.g. a compiler fault of this CPU); anything else fails.
 """
@@ -16,6 +16,7 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from kvconform.known_failures import Releases, parse_releases
 from tests.warm_python import WarmPython
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,14 +27,17 @@ CANNOT_SHOW = 2
 RELEASES = re.compile(r"^TRANSFORMERS = [\"']([^\"']+)[\"']", re.MULTILINE)
 
 
-def declared_releases(source: str) -> SpecifierSet | None:
+def declared_releases(source: str) -> Releases | None:
     """The transformers releases a script declares its bug to be in, or ``None`` (every release)."""
     found = RELEASES.search(source)
-    return SpecifierSet(found.group(1)) if found else None
+    return parse_releases(found.group(1)) if found else None
 
 
 def test_declared_releases_read_back() -> None:
-    assert declared_releases('"""doc"""\nimport torch\n\nTRANSFORMERS = "<5.24"  # why\n') == SpecifierSet("<5.24")
+    assert declared_releases('"""doc"""\nimport torch\n\nTRANSFORMERS = "<5.24"  # why\n') == Releases((SpecifierSet("<5.24"),))
+    returned = declared_releases('TRANSFORMERS = ">=5.18,<5.24 || >=5.25"  # fixed in 5.24, back in 5.25\n')
+    assert returned is not None and [Version(v) in returned for v in ("5.17.0", "5.20.0", "5.24.0", "5.25.0")] == [
+        False, True, False, True]
     assert declared_releases("import torch\nprint('TRANSFORMERS = \"<5.24\"')\n") is None
     assert Version("5.20.0") in SpecifierSet("<5.24") and Version("5.24.0") not in SpecifierSet("<5.24")
 
