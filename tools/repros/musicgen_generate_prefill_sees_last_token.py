@@ -13,6 +13,7 @@ a DynamicCache gives uncached generate()'s tokens.
 Exit 1 when the cached generate() prefill gets fewer tokens than the prompt and its tokens differ from uncached
 generate() while the control agrees; 0 when they agree; 2 when the control disagrees (then this script shows nothing).
 """
+import inspect
 import os
 import sys
 import tempfile
@@ -20,6 +21,9 @@ import tempfile
 import torch
 import transformers
 from transformers import AutoConfig
+
+# 5.0-5.14 crash before the prefill (musicgen_causal_generate_reads_shape_of_an_int.py); exits 1 on 5.15.1-5.25.0
+TRANSFORMERS = ">=5.15"
 
 SEED, BATCH, PROMPT, STEPS = 0, 2, 6, 8
 ZERO_INIT_STD = 0.15
@@ -69,8 +73,10 @@ def greedy_loop(model, prompt):
     step, _ = model.build_delay_pattern_mask(prompt, pad_token_id=model.generation_config.decoder_start_token_id,
                                              max_length=PROMPT + STEPS)
     cache, tokens = transformers.DynamicCache(config=model.config), []
+    # the keyword is `cache` from transformers 5.24, `past_key_values` before (which ignore an unknown `cache`)
+    keyword = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     for _ in range(STEPS):
-        out = model(input_ids=step, cache=cache, use_cache=True)
+        out = model(input_ids=step, use_cache=True, **{keyword: cache})
         step = out.logits[:, -1].argmax(-1, keepdim=True)
         tokens.append(step)
     return torch.cat(tokens, dim=1)
