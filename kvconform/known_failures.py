@@ -35,7 +35,7 @@ class Releases:
     alternatives: tuple[SpecifierSet, ...]
 
     def __contains__(self, version: object) -> bool:
-        return any(version in specifiers for specifiers in self.alternatives)
+        return isinstance(version, (str, Version)) and any(version in specifiers for specifiers in self.alternatives)
 
     def __str__(self) -> str:
         return f" {OR} ".join(str(specifiers) for specifiers in self.alternatives)

@@ -7,6 +7,7 @@ import torch
 
 from kvconform.build.geometry import cache_geometry
 from kvconform.build.models import model_in_dtype
+from kvconform.probe.cache_io import compute_dtype
 from tests.conftest import probe_and_check, tiny
 
 
@@ -25,6 +26,18 @@ def test_half_precision_keeps_the_modules_the_model_keeps_in_float32(dtype) -> N
         assert torch.equal(param, dict(master.named_parameters())[name].to(param.dtype)), name
     results = probe_and_check(master, dtype=dtype)
     assert all(r.passed for r in results.values()), {n: r.message for n, r in results.items() if not r.passed}
+
+
+def test_the_compute_dtype_skips_embeddings_the_model_keeps_in_float32() -> None:
+    """Ergo (5.25) keeps embed_tokens and its residual stream in float32 (_keep_in_fp32_modules_strict) and computes its
+    attention, so its K/V, in the loaded dtype: the embeddings' dtype called the float16 model float32 (shapes, bytes)."""
+    model = model_in_dtype(tiny("llama"), "float16", "cpu")
+    assert compute_dtype(model) == torch.float16
+    model.model.embed_tokens.float()
+    assert compute_dtype(model) == torch.float32  # embeddings not declared kept: they are what the model computes in
+    model._keep_in_fp32_modules_strict = {"embed_tokens", "q_proj"}
+    model.model.layers[0].self_attn.q_proj.float()  # the next parameter in order, declared kept too: skipped
+    assert compute_dtype(model) == torch.float16
 
 
 def test_float32_is_the_master_itself() -> None:

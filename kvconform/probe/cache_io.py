@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,14 +36,32 @@ def input_device(model: Model) -> torch.device:
 def compute_dtype(model: Model) -> torch.dtype:
     """The dtype the text decoder computes (and caches) in: its input embeddings'. ``from_pretrained(dtype=float16)``
     keeps ``_keep_in_fp32_modules`` in float32, and such a module can come first in ``parameters()`` (BLIP-2's
-    ``query_tokens``: a model's own parameters precede its submodules')."""
+    ``query_tokens``: a model's own parameters precede its submodules'). A model that declares its embeddings such a
+    module (Ergo keeps ``embed_tokens`` and the residual stream in float32, its attention and MLP branches in the loaded
+    dtype: ``modeling_ergo.py:502-516, 551, 464`` in 5.25.0) computes its K/V in the dtype of its parameters not kept:
+    the first of those."""
     try:
-        weight = getattr(model.get_input_embeddings(), "weight", None)
+        embeddings = model.get_input_embeddings()
     except (AttributeError, NotImplementedError):
-        weight = None
+        embeddings = None
+    weight = getattr(embeddings, "weight", None)
     if isinstance(weight, torch.Tensor) and weight.is_floating_point():
-        return weight.dtype
+        kept = _kept_in_float32(model)
+        if kept is None or not any(kept.search(n) for n, p in model.named_parameters() if p is weight):
+            return weight.dtype
+        return next((p.dtype for n, p in model.named_parameters() if p.is_floating_point() and not kept.search(n)), weight.dtype)
     return next(model.parameters()).dtype
+
+
+def _kept_in_float32(model: Model) -> re.Pattern[str] | None:
+    """The parameter names in the modules a model declares kept in float32 (``_keep_in_fp32_modules``,
+    ``_keep_in_fp32_modules_strict``), matched as ``from_pretrained`` matches them: a search for any of the names, ``*``
+    standing for anything (``build_glob_alternation``, ``core_model_loading.py:49-78`` in 5.25.0); ``None``: none declared."""
+    declared = sorted({name for attribute in ("_keep_in_fp32_modules", "_keep_in_fp32_modules_strict")
+                       for name in (getattr(model, attribute, None) or ())})
+    if not declared:
+        return None
+    return re.compile("|".join(".*".join(re.escape(part) for part in name.split("*")) for name in declared))
 
 
 def returned_cache(output: Any, passed: Any = None) -> Any:

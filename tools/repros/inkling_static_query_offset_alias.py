@@ -1,16 +1,22 @@
 #!/usr/bin/env python3
-"""Reproduce kvconform cell inkling_text[float32-cpu-static], check parity, with torch and transformers only.
+"""Reproduce kvconform cell inkling_text[float32-cpu-static], checks parity and generate, with torch and transformers only.
 
 Expected (model bug): InklingAttention reads q_offset = cache.get_query_offset(layer) before
 cache.update (modeling_inkling.py:233) and uses it after (:241); for a StaticLayer that is the
-layer's own cumulative_length tensor (cache_utils.py StaticLayer.get_seq_length), which update()
-increments in place (cache_utils.py:483), so every decoded query of a full-attention layer gets
+layer's own cumulative_length tensor (cache_utils.py StaticLayer.get_seq_length, :502-504 in 5.24.0
+and 5.25.0; 5.25's LinearAttentionAndStaticFullAttentionLayer returns it explicitly, :1451-1452), which
+update() increments in place (cache_utils.py:483), so every decoded query of a full-attention layer gets
 position + 1 in the relative position bias (Δ 0.42 from decode step 1; the static sliding layers
 keep an int and pass). Repro: tools/repros/inkling_static_query_offset_alias.py
 Prefill 6 seeded random tokens (batch 2), decode 8 greedy steps feeding the model's own cache
 back, and compare every step's logits with ONE uncached forward over the whole sequence
 (causality makes its logits at position t the reference for the step that predicted token t+1).
-Exit 1 when some step differs by more than atol + rtol * max|reference logit| (or the model raises), else 0.
+Then the path users run: generate(cache_implementation="static") against uncached generate(). Up to 5.24 that
+call raises first, on the masks generate() builds for the "hybrid_sliding" layers (inkling_static_generate_mask_mismatch.py);
+5.25 builds them right and its static generate() parts from the uncached one at token 4 (the alias: with
+get_query_offset returning an int, the tokens agree).
+Exit 1 when some step differs by more than atol + rtol * max|reference logit| (or the model raises), or the static
+generate() runs and gives other tokens than the uncached one, else 0.
 """
 import copy
 import inspect
@@ -103,8 +109,35 @@ def main():
     except Exception as exc:  # the crash is the finding
         print(f"the model raised {type(exc).__name__}: {exc}")
         return 1
-    return verdict([float((step.float() - reference[:, k]).abs().max()) for k, step in enumerate(logits)],
-                   float(reference.abs().max()))
+    print(f"after the prefill, get_query_offset(1) is layer 1's own cumulative_length tensor: {alias(model, keyword, prompt)}")
+    parity = verdict([float((step.float() - reference[:, k]).abs().max()) for k, step in enumerate(logits)],
+                     float(reference.abs().max()))
+    return max(parity, static_generate(model, prompt))
+
+
+def alias(model, keyword, prompt):
+    """Whether the query offset the attention reads before update() is the very tensor update() increments."""
+    cache, _ = forward(model, keyword, StaticCache(config=model.config, max_cache_len=PROMPT + STEPS), input_ids=prompt)
+    return cache.get_query_offset(1) is cache.layers[1].cumulative_length
+
+
+def static_generate(model, prompt):
+    """generate(cache_implementation="static") against uncached generate(): 1 when it runs and the tokens differ."""
+    runs = {}
+    for use_cache in (True, False):
+        config = copy.deepcopy(model.generation_config)
+        config.update(max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False, num_beams=1, use_cache=use_cache,
+                      eos_token_id=None, pad_token_id=0, **({"cache_implementation": "static"} if use_cache else {}))
+        try:
+            runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+        except RuntimeError as exc:  # up to 5.24: the static masks of the hybrid_sliding layers (another label)
+            print(f"generate(use_cache={use_cache}, cache_implementation='static') raised {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0]} (the static masks, inkling_static_generate_mask_mismatch.py: not this bug)")
+            return 0
+    cached, uncached = runs[True][:, PROMPT:], runs[False][:, PROMPT:]
+    print(f"generate(cache_implementation='static') {cached.tolist()}")
+    print(f"generate(use_cache=False)               {uncached.tolist()}")
+    return int(not torch.equal(cached, uncached))
 
 
 def ragged(model, keyword, prompt, cache):
