@@ -35,6 +35,8 @@ class Releases:
     alternatives: tuple[SpecifierSet, ...]
 
     def __contains__(self, version: object) -> bool:
+        if not isinstance(version, (str, Version)):  # what a SpecifierSet can hold
+            return False
         return any(version in specifiers for specifiers in self.alternatives)
 
     def __str__(self) -> str:
