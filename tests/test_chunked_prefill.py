@@ -14,7 +14,7 @@ from kvconform.probe.chunked import chunk_size
 from kvconform.probe.variants import PathNotApplicable
 from kvconform.results import CheckResult
 from kvconform.runner import CellRunner
-from tests.conftest import TOLERANCES
+from tests.conftest import TOLERANCES, labelled
 from tests.faults import planted
 
 SETTINGS = Settings(dtypes=("float32",), devices=("cpu",), caches=("dynamic", "static"), attentions=("sdpa",),
@@ -41,8 +41,11 @@ def run_checks(runner: CellRunner, spec: ModelSpec, cache: str = "dynamic") -> d
     return checks.run_all(outcome.record, outcome.geometry, outcome.explanation, cell.tolerance)
 
 
-def _failed(results: dict[str, CheckResult]) -> dict[str, str]:
-    return {name: r.message for name, r in results.items() if not r.passed}
+def _failed(results: dict[str, CheckResult], spec: ModelSpec | None = None, cache: str = "dynamic") -> dict[str, str]:
+    """The failed checks; with ``spec``, less those that fail as the default matrix labels them for the installed
+    release (on 5.25 qwen3_next's crop: the linear-attention crop bug, a strict known failure there)."""
+    return {name: r.message for name, r in results.items()
+            if not r.passed and (spec is None or labelled(spec.location, r, "float32", cache, "sdpa") is None)}
 
 
 @pytest.mark.parametrize(("spec", "cache", "tensors"), [
@@ -55,7 +58,7 @@ def test_healthy_models_prefill_in_chunks_as_in_one(runner, spec, cache, tensors
     """Three chunks of 2 tokens (generate's prefill_chunk_size=2 on the 6-token prompt) equal one prefill, and every
     tensor of the cache, K/V and conv/recurrent states, equals one prefill's; so does a copied prefix's extend."""
     results = run_checks(runner, spec, cache)
-    assert not _failed(results), _failed(results)
+    assert not _failed(results, spec, cache), _failed(results, spec, cache)
     chunked, prefix = results["chunked_prefill"].message, results["prefix_reuse"].message
     assert chunked.startswith("the 6-token prompt in 3 cached forwards (2+2+2, prefill_chunk_size=2) equals one prefill"), chunked
     assert f"{tensors} equal one prefill's" in chunked and "get_seq_length() 2→4→6" in chunked, chunked
@@ -87,11 +90,12 @@ FAULTS = {
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_planted_multi_token_fault_fails_its_check(runner, fault):
     """Exactly the checks the fault reaches fail, located (chunk boundary, layer, which state); every other check of
-    the cell (parity, kv_parity, growth, shapes, bytes, generate, ragged, crop) passes."""
+    the cell (parity, kv_parity, growth, shapes, bytes, generate, ragged, crop) passes, or fails as the default matrix
+    labels it for the installed release (5.25: qwen3_next's crop, the linear-attention crop bug)."""
     spec, located = FAULTS[fault]
     with planted(fault):
         results = run_checks(runner, spec)
-    assert _failed(results).keys() == located.keys(), _failed(results)
+    assert _failed(results, spec).keys() == located.keys(), _failed(results, spec)
     for check, words in located.items():
         for text in words:
             assert text in results[check].message, results[check].message

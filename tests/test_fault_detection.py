@@ -164,7 +164,8 @@ def test_a_path_that_crashes_is_reported_as_a_crash_and_keeps_the_main_checks(ll
 
 def test_recurrent_state_growth_is_checked_by_state_shape(monkeypatch):
     """A cache that keeps only a recurrent state (mamba) passes growth by keeping its state shapes; a state
-    that grows with the sequence fails it."""
+    that grows with the sequence fails it, whether the release counts no tokens for it (5.24: get_seq_length() has
+    no length to give) or counts them (5.25's cumulative_length_linear: the trace is checked too)."""
     from kvconform.build.geometry import cache_geometry
     from kvconform.probe.decode import ProbePlan, run_probe
     from tests.conftest import tiny
@@ -174,11 +175,17 @@ def test_recurrent_state_growth_is_checked_by_state_shape(monkeypatch):
     record = run_probe(model, plan)
     geometry = cache_geometry(model.config)
     healthy = checks.growth(record, geometry)
-    assert healthy.passed and healthy.measured == "constant state", healthy.message
+    counted = any(step.seq_length is not None for step in record.steps)
+    assert healthy.passed, healthy.message
+    if counted:
+        assert healthy.measured == "6→7→8→9" and "recurrent state shapes constant over every step" in healthy.message, healthy.message
+    else:
+        assert healthy.measured == "constant state" and "state shapes constant over every step" in healthy.message, healthy.message
     grown = record.steps[-1].layers[0]
     record.steps[-1].layers[0] = replace(grown, state_shapes=tuple(s[:-1] + (s[-1] + 1,) for s in grown.state_shapes))
     failed = checks.growth(record, geometry)
     assert not failed.passed and f"recurrent state changes shape at decode step {len(record.steps) - 1}" in failed.message
+    assert failed.measured == "state grows", failed.measured
 
 
 def _fault_ladder():

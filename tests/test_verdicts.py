@@ -8,7 +8,7 @@ import torch
 from kvconform.build.geometry import cache_geometry
 from kvconform.build.models import model_in_dtype
 from kvconform.probe.cache_io import compute_dtype
-from tests.conftest import probe_and_check, tiny
+from tests.conftest import labelled, probe_and_check, tiny
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -78,9 +78,16 @@ def test_selection_models_pass_as_shrunk(model_type) -> None:
 
 
 def test_recurrent_state_kept_outside_the_returned_output_is_fed_back_in_every_path() -> None:
-    """recurrent_gemma returns no cache object: ragged and prefix reuse must keep an explicit one."""
+    """recurrent_gemma returns no cache object: ragged and prefix reuse must keep an explicit one. The ragged check
+    passes, or fails only as the default matrix labels it for the installed release (get_seq_length() 0 on 5.18-5.23
+    and 5.25); where that label is about the length alone (5.25), the rows' logits still follow the reference."""
     results = probe_and_check(tiny("recurrent_gemma"), paths=True)
-    assert results["ragged"].passed, results["ragged"].message
+    ragged = results["ragged"]
+    known = labelled("recurrent_gemma", ragged)
+    assert ragged.passed or known is not None, ragged.message
+    if known is None or "cached logits" not in known.expect:
+        assert ragged.figure is not None and ragged.figure.unit == "logit", ragged.message
+        assert ragged.figure.measured <= ragged.figure.limit, ragged.message
 
 
 def test_loop_copies_of_recurrent_layers_come_after_the_model_layers() -> None:

@@ -192,6 +192,9 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
     details = {"seq_length_trace": trace, "expected_trace": expected}
     if all(length is None for length in trace) and not geometry.kv_layers:
         return _recurrent_growth(record, limit, details)
+    # A state-only cache may count its tokens too (5.25's linear-attention layers: cumulative_length_linear); its
+    # trace is then checked as any cache's, and its state must still keep its shape.
+    state_change = None if geometry.kv_layers else _state_shape_change(record)
     if trace != expected:
         k = next(i for i, (a, b) in enumerate(zip(trace, expected, strict=False)) if a != b)
         now, previous = trace[k], trace[k - 1] if k else 0
@@ -210,9 +213,13 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
         message = (f"{record.mask_problems[0]}: the attention mask is sized for other keys than attention receives "
                    f"({len(record.mask_problems)} layer-steps); trace {measured}")
         return CheckResult("growth", False, measured, limit, message, details)
+    if state_change is not None:
+        return CheckResult("growth", False, "state grows", "constant state", f"{state_change}; trace {measured}", details)
     figure = Figure(trace[-1], expected[-1], "tokens", "equal")
     details["stored_lengths"] = [[None if s.keys_shape is None else s.keys_shape[-2] for s in step.layers] for step in record.steps]
     message = f"cache length {measured}; every layer stores what its type keeps ({_stored_summary(record, geometry)})"
+    if not geometry.kv_layers:
+        message += "; recurrent state shapes constant over every step"
     if record.mask_compared:
         message += f"; get_mask_sizes = the K/V update() returned at every decode step ({record.mask_compared} layer-steps)"
     return CheckResult("growth", True, measured, limit, message, details, figure)
@@ -232,12 +239,17 @@ def _stored_summary(record: ProbeRecord, geometry: CacheGeometry) -> str:
     return "; ".join(parts) or "no K/V layers"
 
 
+def _state_shape_change(record: ProbeRecord) -> str | None:
+    """The first decode step whose recurrent state shapes differ from the prefill's, as a message, or ``None``."""
+    states = [[layer.state_shapes for layer in step.layers] for step in record.steps]
+    changed = next((k for k, shapes in enumerate(states) if shapes != states[0]), None)
+    return None if changed is None else f"recurrent state changes shape at decode step {changed}: {states[0]} -> {states[changed]}"
+
+
 def _recurrent_growth(record: ProbeRecord, limit: str, details: dict[str, Any]) -> CheckResult:
     """Caches with only recurrent state: no token count, and the state must not grow with the sequence."""
-    states = [[layer.state_shapes for layer in step.layers] for step in record.steps]
-    if any(shapes != states[0] for shapes in states):
-        changed = next(k for k, shapes in enumerate(states) if shapes != states[0])
-        message = f"recurrent state changes shape at decode step {changed}: {states[0]} -> {states[changed]}"
+    message = _state_shape_change(record)
+    if message is not None:
         return CheckResult("growth", False, "state grows", "constant state", message, details)
     message = "recurrent state only (no get_seq_length): state shapes constant over every step"
     return CheckResult("growth", True, "constant state", "constant state", message, details)
