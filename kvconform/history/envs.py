@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.parser import Parser
 from importlib import metadata
@@ -71,6 +72,13 @@ def releases_dir() -> Path:
     return cache_dir() / "releases" / f"py{sys.version_info.major}.{sys.version_info.minor}"
 
 
+def _installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def unmet_requirements(metadata_text: str) -> list[str]:
     """The release's unconditional requirements (no extras) that the running environment does not satisfy,
     torch excluded."""
@@ -84,13 +92,42 @@ def unmet_requirements(metadata_text: str) -> list[str]:
             continue
         if requirement.name.lower() in SHARED:
             continue
-        try:
-            installed = metadata.version(requirement.name)
-        except metadata.PackageNotFoundError:
-            installed = None
+        installed = _installed(requirement.name)
         if installed is None or not requirement.specifier.contains(installed, prereleases=True):
             unmet.append(str(requirement))
     return unmet
+
+
+def optional_pins(metadata_text: str, installed: Callable[[str], str | None] = _installed) -> list[str]:
+    """The release's own versions of the run-time optional packages (:data:`OPTIONAL_AT_RUNTIME`) that the running
+    environment has at a version the release's extras do not accept. A release imports such a package whenever it is
+    there: 5.0.0 builds its Hub-kernel mapping from the kernels 0.10 API (``LayerRepository`` without a version,
+    integrations/hub_kernels.py:86-99), which kernels 0.19.1 (5.25's requirement) refuses, so every model build raises
+    (ValueError: Either a revision or a version must be specified). Its folder then gets the version it declares."""
+    pins: dict[str, str] = {}
+    for line in Parser().parsestr(metadata_text).get_all("Requires-Dist") or []:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        name = requirement.name.lower()
+        if name not in OPTIONAL_AT_RUNTIME or name in pins or requirement.marker is None:
+            continue
+        version = installed(requirement.name)
+        if version is not None and not requirement.specifier.contains(version, prereleases=True):
+            pins[name] = f"{requirement.name}{requirement.specifier}"
+    return list(pins.values())
+
+
+def _pin_optionals(env: ReleaseEnv) -> None:
+    """Install into ``env``'s folder (without their dependencies) the optional packages it needs at its own version
+    (:func:`optional_pins`) and does not hold yet: the running environment may have changed since it was made."""
+    info = env.path / f"transformers-{env.release}.dist-info" / "METADATA"
+    for pin in optional_pins(info.read_text(encoding="utf-8"), _installed):
+        name = Requirement(pin).name
+        held = [p for p in env.path.glob("*.dist-info") if p.name.lower().startswith(name.lower().replace("-", "_") + "-")]
+        if not held:
+            _pip(["--no-deps", "--target", str(env.path), pin], f"transformers {env.release}'s own {name}")
 
 
 def _pip(args: list[str], what: str) -> None:
@@ -119,6 +156,7 @@ def ensure_release(release: str, root: Path | None = None) -> ReleaseEnv:
     final = root / release
     found = _load(final, release)
     if found:
+        _pin_optionals(found)
         return found
     start = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)
@@ -144,7 +182,9 @@ def ensure_release(release: str, root: Path | None = None) -> ReleaseEnv:
             return existing
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return ReleaseEnv(release, final, tuple(added), seconds, tuple(without))
+    made = ReleaseEnv(release, final, tuple(added), seconds, tuple(without))
+    _pin_optionals(made)
+    return made
 
 
 def _install_requirements(staging: Path, release: str, unmet: list[str]) -> tuple[list[str], list[str]]:
