@@ -395,3 +395,19 @@ def test_a_rolled_window_that_refuses_its_crop_makes_assisted_not_applicable(mon
     plan = ProbePlan(batch_size=2, prompt_length=6, decode_steps=8, seed=0, cache="dynamic", locate_tolerance=None)
     record = run_assisted(tiny("mistral", sliding_window=4), plan, ("random",))
     assert record.not_applicable is not None and ROLLED_WINDOW in record.not_applicable, record
+
+
+def test_the_random_assistant_keeps_every_kind_of_block() -> None:
+    """A stack of mixed blocks keeps its depth in the assistant: RecurrentGemma before transformers 5.24 names its
+    blocks in ``layers_block_type`` (no ``layer_types``), and two of its three layers have no attention block, which
+    its forward needs (``'attention' is not in list``)."""
+    from types import SimpleNamespace
+
+    from kvconform.probe.assisted import _one_uniform_stack
+
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleList(torch.nn.Identity() for _ in range(3))
+    mixed = SimpleNamespace(layer_types=None, layers_block_type=["recurrent", "recurrent", "attention"])
+    assert not _one_uniform_stack(model, mixed, 3)
+    assert _one_uniform_stack(model, SimpleNamespace(layer_types=None), 3)
+    assert not _one_uniform_stack(model, SimpleNamespace(layer_types=["sliding_attention", "full_attention"] * 2), 3)

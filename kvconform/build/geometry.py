@@ -177,7 +177,7 @@ def head_dims(config: Any, sliding: bool = False, rotary: bool = True, full: boo
     return hidden // heads, hidden // heads, "hidden_size / num_attention_heads"
 
 
-def _layer_types(config: Any) -> list[str] | None:
+def config_layer_types(config: Any) -> list[str] | None:
     """``layer_types``, or the older ``layers_block_type`` (recurrent_gemma before transformers 5.24), whose
     'attention' blocks attend within ``attention_window_size`` when the config sets one."""
     layer_types = getattr(config, "layer_types", None)
@@ -189,7 +189,7 @@ def _layer_types(config: Any) -> list[str] | None:
 
 
 def _layer_kind(config: Any, layer_config: Any, index: int) -> tuple[str, str, int | None]:
-    layer_types = _layer_types(config)
+    layer_types = config_layer_types(config)
     sharing = getattr(config, "kv_sharing_modes", None)
     if sharing is not None and sharing[index] == "reuse":
         return NO_KV, f"kv_sharing_modes[{index}]='reuse' (reads another layer's K/V)", None

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from kvconform.build.geometry import cache_geometry
+from kvconform.build.geometry import cache_geometry, config_layer_types
 from kvconform.build.models import Model
 from kvconform.build.support import crop_support
 from kvconform.compat import CACHE_KEYWORDS
@@ -151,7 +151,7 @@ def random_assistant(model: Model, seed: int) -> Model:
 def _one_uniform_stack(model: Model, text: Any, layers: int) -> bool:
     """Whether the model is one stack of ``layers`` layers of one kind (so fewer layers is the same architecture)."""
     stacks = [len(m) for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and name.endswith("layers")]
-    kinds = set(getattr(text, "layer_types", None) or ["one"])
+    kinds = set(config_layer_types(text) or ["one"])  # recurrent_gemma before 5.24: its layers_block_type
     return stacks == [layers] and len(kinds) == 1 and not getattr(text, "num_kv_shared_layers", 0)
 
 

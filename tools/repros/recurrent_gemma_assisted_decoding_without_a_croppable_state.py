@@ -16,7 +16,10 @@ So generate(assistant_model=...) now runs the assisted loop and, after the first
 outputs.cache (generation/utils.py:4103), which RecurrentGemma's output does not have: AttributeError
 "'CausalLMOutput' object has no attribute 'cache'". A cache it prefilled reports is_croppable True, and crop(-k)
 reads the conv_kernel_size of a layer never written (None; cache_utils.py:1200, and crop(0) at :1194): TypeError.
-Were both to pass, crop would still leave the module states as they are. Exit 1 when generate(assistant_model=...)
+Were both to pass, crop would still leave the module states as they are. 5.4-5.12 (the first releases whose forward
+takes a cache) did not declare _is_stateful yet (5.13 adds it, modeling_recurrent_gemma.py:560 in 5.13.1), so there too
+generate(assistant_model=...) runs and reads outputs.past_key_values to crop it (generation/utils.py:3686 in 5.12.1):
+AttributeError; their caches have no is_croppable. Exit 1 when generate(assistant_model=...)
 does anything but refuse or return greedy generate()'s tokens, or when a prefilled cache says is_croppable and
 crop(-1) then raises or leaves decoding off the uncached forward.
 """
@@ -30,7 +33,7 @@ import torch
 import transformers
 from transformers import AutoConfig
 
-TRANSFORMERS = ">=5.25"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
+TRANSFORMERS = ">=5.4,<5.13 || >=5.25"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
 
 DTYPE, SEED, PROMPT, STEPS, ATTN = 'float32', 0, 6, 8, 'sdpa'
 ATOL, RTOL = 1e-05, 3e-05  # kvconform's float32 parity limit: atol + rtol * max|reference logit|
@@ -103,7 +106,7 @@ def main():
                           for p in inspect.signature(record).parameters.values())
         record(**({"recurrent_states_to_keep": 1} if takes_count else {}))
     model(input_ids=prompt, use_cache=True, past_key_values=cache)
-    croppable = bool(cache.is_croppable)
+    croppable = bool(getattr(cache, "is_croppable", False))  # 5.4-5.12 caches say nothing about it
     print(f"after a {PROMPT}-token prefill the cache ({[type(layer).__name__ for layer in cache.layers]}) says "
           f"is_croppable {croppable}")
     if croppable:
