@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from kvconform.build.models import model_in_dtype
-from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
+from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE, published_checkpoints
 from kvconform.families import checks as family_checks
 from kvconform.families.build import build_family, shrink_family_config
 from kvconform.families.probe import FamilyProbe, probe_family
+from kvconform.families.published_checkpoints import SPEAKER
 from kvconform.probe.decode import ProbePlan
 from kvconform.results import CheckResult
 from tests.conftest import TOLERANCES
@@ -21,7 +22,7 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "csm": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
           "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE,
           "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO, "voxtral_realtime": AUDIO_LANGUAGE,
-          "qwen3_omni_moe": TEXT_TO_AUDIO, "seamless_m4t": TEXT_TO_AUDIO}
+          "qwen3_omni_moe": TEXT_TO_AUDIO, "seamless_m4t": TEXT_TO_AUDIO, "shieldgemma2": VISION_LANGUAGE}
 
 
 @pytest.fixture(scope="session")
@@ -78,11 +79,30 @@ def test_healthy_family_models_pass_every_check(healthy, model_type):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_healthy_half_precision_cells_pass(family_model, dtype):
     # blip-2: float16 keeps its query tokens in float32, first in parameters() (the cache is float16); bark: its stages'
-    # generation configs load back with the model; voxtral_realtime: its features cast as a user casts them.
-    for model_type in ("t5", "qwen2_vl", "blip-2", "bark", "voxtral_realtime"):
+    # generation configs load back with the model; voxtral_realtime: its features cast as a user casts them; shieldgemma2:
+    # saved and loaded back through the class its checkpoints are published as.
+    for model_type in ("t5", "qwen2_vl", "blip-2", "bark", "voxtral_realtime", "shieldgemma2"):
         _, results = probe_and_check(family_model(model_type), MODELS[model_type], dtype)
         failed = {name: r.message for name, r in results.items() if not r.passed}
         assert not failed, (model_type, failed)
+
+
+def test_types_published_in_another_class_or_with_speakers_load_back_whole_in_half_precision(family_model, monkeypatch):
+    """ShieldGemma 2 checkpoints hold the model in ShieldGemma2ForImageClassification, whose key layout its weight
+    conversion expects; Qwen2.5-Omni's ship the speakers generate() needs in spk_dict.pt. Saved as published, both load
+    back with every parameter the float32 master's cast to float16; saved as the bare model, ShieldGemma 2 is refused."""
+    for model_type in ("shieldgemma2", "qwen2_5_omni"):
+        master = family_model(model_type)
+        half = model_in_dtype(master, "float16", "cpu")
+        assert type(half) is type(master) and torch.float16 in {value.dtype for value in half.parameters()}
+        loaded = dict(half.named_parameters())
+        assert loaded.keys() == dict(master.named_parameters()).keys()
+        assert all(torch.equal(loaded[name], value.to(loaded[name].dtype)) for name, value in master.named_parameters())
+    assert list(half.speaker_map) == [SPEAKER]
+    monkeypatch.setattr(published_checkpoints, "published_in", lambda model_type: None)
+    bare = build_family(shrink_family_config("shieldgemma2", VISION_LANGUAGE), VISION_LANGUAGE, seed=0)
+    with pytest.raises(RuntimeError, match="did not load back whole"):
+        model_in_dtype(bare, "float16", "cpu")
 
 
 def test_encoder_decoder_halves_come_from_the_config(family_model):

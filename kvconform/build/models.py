@@ -76,20 +76,14 @@ def model_in_dtype(master: Model, dtype: str, device: str) -> Model:
 
 
 def _reload_from_saved(master: Model) -> Callable[[torch.dtype], Model]:
-    """Save a built (random-weight) master once and load it back per dtype."""
+    """Save a built (random-weight) master once, as its type's checkpoints are published, and load it back per dtype."""
+    from kvconform.families.published_checkpoints import save_as_published
+
     root = cache_dir() / "built"
     root.mkdir(parents=True, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="model-", dir=root)
-    master.save_pretrained(folder, safe_serialization=True)
+    folder = Path(tempfile.mkdtemp(prefix="model-", dir=root))
+    reload = save_as_published(master, folder)
     weakref.finalize(master, shutil.rmtree, folder, True)
-
-    def reload(dtype: torch.dtype) -> Model:
-        model, info = type(master).from_pretrained(folder, dtype=dtype, output_loading_info=True)
-        missing = info.get("missing_keys") or []
-        if missing:
-            raise RuntimeError(f"saved {type(master).__name__} did not load back whole (missing {sorted(missing)[:3]})")
-        return model
-
     _RELOADERS[master] = reload
     return reload
 

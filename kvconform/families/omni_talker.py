@@ -38,6 +38,7 @@ from kvconform.families.depth_codebooks import DepthTrace
 from kvconform.families.inputs import special_token_ids, text_ids
 from kvconform.families.omni_code_predictor import has_code_predictor, residual_driver
 from kvconform.families.omni_code_predictor import settings as code_predictor_settings
+from kvconform.families.published_checkpoints import published_speaker
 from kvconform.families.stage_calls import stage_call, through_stage
 from kvconform.probe.cache_io import seq_length
 from kvconform.probe.decode import ProbePlan
@@ -46,11 +47,6 @@ from kvconform.probe.forwards import Forwards, fed_back
 #: Text tokens the thinker generates: the talker's prompt ends with the 2nd one's state, its reply part holds the 3rd and
 #: 4th's then the text eos and pad embeddings, so a cell's 8 decode steps read every reply embedding, then the pad repeated.
 THINKER_TOKENS = 4
-#: The speaker the cell registers where the model has none (``from_pretrained`` loads them from the checkpoint's
-#: spk_dict.pt, modeling_qwen2_5_omni.py:3784-3800; a model built from a config has no speaker, and generate() refuses).
-SPEAKER = "Chelsie"
-#: Frames of the speaker's reference mel (only token2wav reads it).
-REFERENCE_FRAMES = 30
 
 
 def is_thinker_talker_model(model: Model) -> bool:
@@ -58,23 +54,11 @@ def is_thinker_talker_model(model: Model) -> bool:
     return hasattr(model, "thinker") and hasattr(model, "talker") and (hasattr(model, "speaker_map") or has_code_predictor(model))
 
 
-def _speaker(model: Model) -> str:
-    """A speaker ``generate()`` accepts: the checkpoint's first, else one registered with the talker config's text-start
-    id as its text bos (spk_dict.pt's own ids are the checkpoint's) and a silent conditioning for token2wav."""
-    if model.speaker_map:
-        return str(next(iter(model.speaker_map)))
-    dit = model.config.token2wav_config.dit_config
-    model.speaker_map[SPEAKER] = {"bos_token": int(model.config.talker_config.tts_text_start_token_id),
-                                  "cond": torch.zeros(1, int(dit.enc_emb_dim)),
-                                  "ref_mel": torch.zeros(1, REFERENCE_FRAMES, int(dit.mel_dim))}
-    return SPEAKER
-
-
 def generate_settings(model: Model, text: torch.Tensor, steps: int) -> dict[str, Any]:
     """``generate()``'s arguments: the text prompt with the processor's attention mask, greedy thinker and talker, the
     talker's eos ids of its signature (8292, 8294: the 7B talker's codec pad and end ids) in the model's own config."""
     talker = model.config.talker_config
-    return {"input_ids": text, "attention_mask": torch.ones_like(text), "speaker": _speaker(model),
+    return {"input_ids": text, "attention_mask": torch.ones_like(text), "speaker": published_speaker(model),
             "thinker_max_new_tokens": THINKER_TOKENS, "thinker_do_sample": False, "talker_max_new_tokens": steps,
             "talker_do_sample": False, "talker_eos_token_id": [int(talker.tts_codec_pad_token_id), int(talker.tts_codec_end_token_id)]}
 

@@ -51,6 +51,21 @@ def published_as(model_type: str) -> PublishedAs | None:
     return PublishedAs(**entry) if entry else None
 
 
+@dataclass(frozen=True)
+class PublishedIn:
+    """The class a type's published checkpoints hold the model in, and the attribute the model is (families.yaml)."""
+
+    class_name: str
+    attribute: str
+    source: str
+
+
+def published_in(model_type: str) -> PublishedIn | None:
+    """The class ``model_type``'s checkpoints are published as (``published_in`` in families.yaml), if not the model's."""
+    entry = (family_table().get("published_in") or {}).get(model_type)
+    return PublishedIn(**entry) if entry else None
+
+
 def prefix_lm_types() -> frozenset[str]:
     """Vision-language types whose prompt is a bidirectional prefix marked by ``token_type_ids`` (families.yaml)."""
     return frozenset(family_table().get("prefix_lm") or {})
