@@ -339,8 +339,14 @@ def image_encoder_inputs(model: Model, batch: int, length: int, seed: int, forbi
     except ValueError:  # the image goes beside the text, not into placeholders (UDOP)
         boxes = _word_boxes(batch, length, seed) if _accepts(model, "bbox") else {}
         placed = f" with a word box each (bbox [B, {length}, 4])" if boxes else ""
-        return EncoderInputs({"input_ids": text, **tensors, **{k: v.to(device) for k, v in boxes.items()}},
-                             f"{recipe}; input_ids [B, {length}]{placed}")
+        # The text's attention_mask, as the tokenizer returns it (UdopTokenizer.model_input_names): the encoder extends
+        # it over the image patches and masks the slots it pads where a token's box took a patch
+        # (combine_image_text_embeddings, modeling_udop.py:200-221 in 5.1.0); without one, every slot is attended.
+        # generate() infers a ones mask for an encoder-decoder up to 5.1 (generation/utils.py:2530 in 5.1.0) and none
+        # from 5.2 on (:2555 in 5.2.0): given, every release and the uncached reference read the same encoder input.
+        return EncoderInputs({"input_ids": text, "attention_mask": torch.ones_like(text), **tensors,
+                              **{k: v.to(device) for k, v in boxes.items()}},
+                             f"{recipe}; input_ids [B, {length}]{placed} and the text's attention_mask")
     count = count_features(model, tensors) // batch
     ids = torch.cat([torch.full((batch, count), token, device=device), text], dim=1)
     return EncoderInputs({"input_ids": ids, **tensors}, f"{recipe}; {count} image tokens before {length} text tokens")
