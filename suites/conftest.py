@@ -48,6 +48,9 @@ def outcome(cell: Cell, request: pytest.FixtureRequest) -> CellOutcome:
         pytest.skip(str(result.error))
     if result.not_applicable is not None:
         pytest.skip(f"not applicable: {result.not_applicable}")
+    reason = result.family.not_applicable.get(_check_name(request)) if result.family is not None else None
+    if reason is not None:  # a check of the family the cell cannot take (FamilyProbe.not_applicable)
+        pytest.skip(f"not applicable: {reason}")
     if result.path_failure is not None:
         return result  # the model ran up to this cell's path: its checks fail in the call (pytest_pyfunc_call)
     if result.error is not None:

@@ -50,6 +50,10 @@
   ``generation_steps`` counting the codes), predicts with the head one codebook behind (as a step count one short would
   pick it): codebook k >= 2 of every frame through codebook k-1's head; its prefill over ``[hidden, c0]`` and the talker
   are untouched.
+- ``crop_leaves_a_stale_position``: a dynamic layer cropped back from its end (``crop`` with a negative length, as PI0's
+  flow-matching sampler crops its prefix cache after every step) keeps one position more than asked: the first position of
+  the suffix the step wrote (PI0: its state token's K/V) stays behind the prefix for every later step to read;
+- ``crop_is_a_no_op``: ``DynamicCache.crop`` leaves every layer as it is, so each step's suffix stays in the cache;
 - ``t2u_cross_from_encoder_input``: SeamlessM4T's text-to-unit model, on its cached decode steps, recomputes its
   cross-attention K/V from another encoder input, the t2u encoder's input (the text decoder's last hidden states
   generate() hands it) instead of its output, and writes them over the cached ones: the same length in every layer,
@@ -64,7 +68,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
-from transformers.cache_utils import DynamicLayer, EncoderDecoderCache, StaticLayer
+from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache, StaticLayer
 from transformers.models.bark.modeling_bark import BarkCoarseModel
 from transformers.models.csm.modeling_csm import CsmCodebooksHead, CsmDepthDecoderForCausalLM
 from transformers.models.higgs_audio_v2.modeling_higgs_audio_v2 import HiggsAudioV2Model
@@ -407,6 +411,22 @@ def _audio_one_step_behind() -> list[Patch]:
     return [(VoxtralRealtimeModel, "get_audio_features", get_audio_features)]
 
 
+def _crop_leaves_a_stale_position() -> list[Patch]:
+    original = DynamicLayer.crop
+
+    def crop(self: Any, max_length: int) -> None:
+        original(self, max_length + 1 if max_length < 0 else max_length)
+
+    return [(DynamicLayer, "crop", crop)]
+
+
+def _crop_is_a_no_op() -> list[Patch]:
+    def crop(self: Any, max_length: int) -> None:
+        return None
+
+    return [(DynamicCache, "crop", crop)]
+
+
 FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "cross_grows": lambda: _cross_cache_patch(short=False),
     "cross_recomputed_short": lambda: _cross_cache_patch(short=True),
@@ -430,6 +450,8 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "static_copy_shares_storage": _static_copy_shares_storage,
     "frame_one_behind": _frame_one_behind,
     "audio_one_step_behind": _audio_one_step_behind,
+    "crop_leaves_a_stale_position": _crop_leaves_a_stale_position,
+    "crop_is_a_no_op": _crop_is_a_no_op,
 }
 
 

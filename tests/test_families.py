@@ -22,7 +22,7 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "csm": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
           "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE,
           "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO, "voxtral_realtime": AUDIO_LANGUAGE,
-          "qwen3_omni_moe": TEXT_TO_AUDIO, "seamless_m4t": TEXT_TO_AUDIO, "shieldgemma2": VISION_LANGUAGE}
+          "qwen3_omni_moe": TEXT_TO_AUDIO, "seamless_m4t": TEXT_TO_AUDIO, "shieldgemma2": VISION_LANGUAGE, "pi0": VISION_LANGUAGE}
 
 
 @pytest.fixture(scope="session")
@@ -627,6 +627,36 @@ def test_a_t2u_cross_half_computed_from_another_encoder_input_is_caught_and_loca
     assert "diverge from the uncached reference at decode step 1" in parity, parity
     assert "first K/V divergence at layer 0, position 0 (cross-attention keys): values differ" in parity, parity
     assert "rewritten at decode step 1" in results["encoder_once"].message
+
+
+def test_a_flow_matching_policy_reuses_its_prefix_cache_through_sample_actions(healthy):
+    """PI0: sample_actions' prefix (two camera slots, right-padded to the processor's 48 tokens) once, then one velocity per
+    flow-matching step, each against a fresh prefix; the cache holds prefix + chunk_size + 1 after each step's forward and
+    the prefix again before the next; only the four checks that read that loop apply."""
+    probe, results = healthy("pi0")
+    assert set(results) == {"parity", "growth", "shapes", "bytes"} and all(r.passed for r in results.values()), results
+    steps = probe.record.steps
+    assert len(steps) == 10 and [s.seq_length for s in steps] == [48 + 51] * 10  # num_inference_steps; chunk_size 50 + 1
+    assert [s.seq_length for s in probe.record.own_caches[0].record.steps] == [48] * 11
+    assert "pixel_attention_mask [[True, True], [True, False]]" in probe.inputs and "[39, 22] attended" in probe.inputs
+    assert {"text_only", "media_calls", "generate", "beam", "between_calls"} <= set(probe.not_applicable)
+
+
+@pytest.mark.parametrize(("fault", "stored"), [("crop_leaves_a_stale_position", 100), ("crop_is_a_no_op", 150)])
+def test_a_prefix_cache_crop_that_leaves_the_suffix_behind_is_caught_at_the_first_step_reading_it(family_model, fault, stored):
+    """PI0's crop back to the prefix keeping one stale position (the state token step 0 wrote), or none cropped: step 0
+    (a fresh prefix) still matches; parity fails from flow-matching step 1, the first step that reads a cropped cache,
+    located at layer 0's extra key column; growth, shapes and bytes name step 1 too."""
+    with planted(fault):
+        _, results = probe_and_check(family_model("pi0"), VISION_LANGUAGE)
+    failed = {name for name, result in results.items() if not result.passed}
+    assert failed == {"parity", "growth", "shapes", "bytes"}, failed
+    parity = results["parity"].message
+    assert f"at flow-matching step 1 (cache length {stored}: 51 positions over the prefix of 48)" in parity, parity
+    assert results["parity"].details["step_max_abs_delta"][0] == 0.0
+    assert "first K/V divergence at layer 0 (keys): extra column(s)" in parity, parity
+    assert f"get_seq_length() is {stored} after flow-matching step 1, expected 99" in results["growth"].message
+    assert "after flow-matching step 1, layer 0" in results["shapes"].message
 
 
 def test_codebook_frames_inside_a_text_stream_are_decoded_as_generate_decodes_them(healthy, family_model):

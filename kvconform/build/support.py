@@ -76,6 +76,10 @@ def cache_support(cls: Any, config: Any, cache: str) -> str | None:
     """Why ``generate()`` would not run ``cls`` with a ``cache`` cache, or ``None``."""
     if cache == "dynamic":
         return None
+    if callable(getattr(cls, "sample_actions", None)):
+        return (f"{cls.__name__}.sample_actions builds its prefix cache itself (model.vlm(..., use_cache=True): a "
+                f"DynamicCache, {cls.__module__.rsplit('.', 1)[-1]}.py) and takes no cache or cache_implementation argument: "
+                f"no {cache} cache runs it")
     if not cls._supports_default_dynamic_cache():
         return (f"{cls.__name__} keeps its own state outside transformers' Cache classes: generate() ignores "
                 f"cache_implementation={cache!r} (_supports_default_dynamic_cache is False)")

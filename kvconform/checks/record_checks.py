@@ -72,7 +72,7 @@ def parity(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
                    f"{measured} at step {worst.step} > {shown_limit} ({_limit_text(tolerance, record)}), from rounding alone")
         return CheckResult("parity", True, f"{replayed:.2e}", shown_limit, message, details, Figure(replayed, limit, "logit"))
     lines = [
-        f"cached logits diverge from {record.reference} at decode step {first.step} "
+        f"cached logits diverge from {record.reference} at {record.plan.step_name} {first.step} "
         f"({_step_name(first, record)}): |Δ| {first.max_abs_delta:.3g} at batch row {first.worst_row}, "
         f"vocab id {first.worst_vocab_id} > limit {shown_limit} ({_limit_text(tolerance, record)})",
         f"steps over the limit: {[s.step for s in failing]} of {len(record.steps)}; worst |Δ| {measured} at step {worst.step}",
@@ -142,7 +142,10 @@ def _limit_text(tolerance: Tolerance, record: ProbeRecord) -> str:
 
 
 def _step_name(step: StepRecord, record: ProbeRecord) -> str:
-    return "prefill" if step.step == 0 else f"cache length {step.seq_length}, token position {record.plan.prompt_length + step.step - 1}"
+    plan = record.plan
+    if plan.cropped_to is not None:
+        return f"cache length {step.seq_length}: {plan.positions_per_step} positions over the prefix of {plan.cropped_to}"
+    return "prefill" if step.step == 0 else f"cache length {step.seq_length}, token position {plan.prompt_length + step.step - 1}"
 
 
 def kv_parity(record: ProbeRecord) -> CheckResult:
@@ -200,7 +203,7 @@ def growth(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
         now, previous = trace[k], trace[k - 1] if k else 0
         grew = "an unknown number" if now is None or previous is None else now - previous
         message = (
-            f"get_seq_length() is {trace[k]} after {'prefill' if k == 0 else f'decode step {k}'}, expected {expected[k]}"
+            f"get_seq_length() is {trace[k]} after {record.plan.when(k)}, expected {expected[k]}"
             f" (grew by {grew} instead of {expected[k] - (expected[k - 1] if k else 0)}); trace {measured}"
         )
         return CheckResult("growth", False, measured, limit, message, details, Figure(trace[k], expected[k], "tokens", "equal"))
@@ -271,7 +274,7 @@ def _first_length_problem(record: ProbeRecord, geometry: CacheGeometry) -> tuple
                 )
                 return (
                     f"layer {layer.index} ({layer.reason}) stores {got} positions after "
-                    f"{'prefill' if step.step == 0 else f'decode step {step.step}'} ({seen} tokens seen), expected {want} ({rule})",
+                    f"{record.plan.when(step.step)} ({seen} tokens seen), expected {want} ({rule})",
                     got, want,
                 )
     return None
@@ -292,7 +295,7 @@ def shapes(record: ProbeRecord, geometry: CacheGeometry, explanation: str) -> Ch
         for layer, state in zip(geometry.layers, step.layers, strict=False):
             problem = _layer_shape_problem(layer, state, batch, seen, record)
             if problem:
-                when = "prefill" if step.step == 0 else f"decode step {step.step}"
+                when = record.plan.when(step.step)
                 message = f"after {when}, layer {layer.index} ({state.layer_class}; {layer.reason}): {problem.text}; {explanation}"
                 figure = Figure(problem.got, problem.want, SHAPE_UNIT, "equal")
                 return CheckResult("shapes", False, _shape_text(problem.got), _shape_text(problem.want), message, details, figure)
@@ -363,7 +366,7 @@ def cache_bytes(record: ProbeRecord, geometry: CacheGeometry) -> CheckResult:
         if measured != expected:
             ratio = measured / expected if expected else float("inf")
             message = (
-                f"after {'prefill' if step.step == 0 else f'decode step {step.step}'} ({seen} tokens) the cache holds "
+                f"after {record.plan.when(step.step)} ({seen} tokens) the cache holds "
                 f"{measured:,} bytes of K/V, the formula gives {expected:,} (× {ratio:.3g}); "
                 + _formula_text(geometry, batch, seen, record, per_value)
             )
@@ -408,7 +411,7 @@ def _int_quantized_bytes(record: ProbeRecord, geometry: CacheGeometry, config: d
                 f"(numel × {config['nbits']}/8 packed bytes + a {record.dtype} scale and zero point per group of "
                 f"{config['q_group_size']}) + {residual} residual tokens in {record.dtype} (residual_length {config['residual_length']})")
         if measured != expected:
-            when = "prefill" if step.step == 0 else f"decode step {step.step}"
+            when = record.plan.when(step.step)
             message = f"after {when} the cache holds {measured:,} bytes of K/V, the design gives {expected:,}: {text}"
             return CheckResult("bytes", False, f"{measured:,} B", f"{expected:,} B", message, {"bytes_trace": trace},
                                Figure(measured, expected, "B", "equal"))

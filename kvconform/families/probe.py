@@ -14,6 +14,7 @@ from kvconform.families.codebook import GenerateRun, probe_codebook
 from kvconform.families.decode import FamilyRun
 from kvconform.families.depth_codebooks import DepthTrace, is_depth_codebook_model, probe_depth_codebooks
 from kvconform.families.encoder_decoder import probe_encoder_decoder
+from kvconform.families.flow_matching import is_flow_matching_model, probe_flow_matching
 from kvconform.families.geometry import cross_attention_geometry, self_attention_geometry
 from kvconform.families.inline_codebooks import is_inline_codebook_model, probe_inline_codebooks
 from kvconform.families.inputs import image_inputs
@@ -133,6 +134,10 @@ def _probe(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         encoder.run.record.own_caches.append(encoder.encoder)
         return FamilyProbe(encoder.run.record, cache_geometry(config), f"{explain(config)}; inputs: {encoder.recipe}", encoder.recipe,
                            generate_inputs=encoder.generate_inputs, not_applicable=STREAMING_ENCODER_NOT_APPLICABLE)
+    if family == VISION_LANGUAGE and is_flow_matching_model(model):
+        flow = probe_flow_matching(model, plan)
+        return FamilyProbe(flow.record, flow.geometry, f"{flow.explanation}; inputs: {flow.recipe}", flow.recipe,
+                           not_applicable=flow.not_applicable)
     if family in MEDIA:
         make, noun = MEDIA[family]
         run = probe_multimodal(model, plan, make, noun)

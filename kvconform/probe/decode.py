@@ -79,10 +79,21 @@ class ProbePlan:
     locate_tolerance: Tolerance | None = None
     #: Positions each decode step adds to the record's cache (a streaming audio encoder's own cache: its downsample factor).
     positions_per_step: int = 1
+    #: A sampler that crops its cache back to this many prefix positions after every step (a flow-matching policy's
+    #: prefix cache): each step then holds the prefix plus that step's ``positions_per_step``, and steps count from 0.
+    cropped_to: int | None = None
+    #: What the record's steps are called in messages.
+    step_name: str = "decode step"
 
     def seen(self, step: int) -> int:
         """Positions the cache has taken after ``step`` (0: the prefill)."""
+        if self.cropped_to is not None:
+            return self.cropped_to + self.positions_per_step
         return self.prompt_length + self.positions_per_step * step
+
+    def when(self, step: int) -> str:
+        """``step`` in messages: the prefill, or the step by its name."""
+        return "prefill" if step == 0 and self.cropped_to is None else f"{self.step_name} {step}"
 
 
 def without_paths(plan: ProbePlan) -> ProbePlan:
