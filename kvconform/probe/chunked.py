@@ -146,8 +146,11 @@ def run_chunked_generate(model: Model, inputs: GenerateInputs, steps: int, size:
     not return them)."""
 
     def greedy(chunk: int | None) -> list[list[int]]:
-        config = fixed_length_config(model, steps, prefill_chunk_size=chunk, **inputs.config)
-        return model.generate(**inputs.kwargs, generation_config=config)[:, inputs.prompt_length :].tolist()
+        # The sequences of a GenerateOutput, as the generate check reads them: without return_dict_in_generate,
+        # Whisper's generate() returns its segments' tokens, the decoder start token dropped (generation_whisper.py),
+        # so slicing off the prompt lost the first generated token.
+        config = fixed_length_config(model, steps, prefill_chunk_size=chunk, return_dict_in_generate=True, **inputs.config)
+        return model.generate(**inputs.kwargs, generation_config=config).sequences[:, inputs.prompt_length :].tolist()
 
     try:
         chunked = greedy(size)

@@ -18,6 +18,8 @@ import sys
 import torch
 from transformers import BlipConfig, BlipForConditionalGeneration, cache_utils
 
+TRANSFORMERS = ">=5.9"  # 5.0-5.8 raise first on BLIP's own mask (blip_static_cache_legacy_mask.py); tests/test_repros.py skips it there
+
 torch.manual_seed(0)
 config = BlipConfig(
     text_config={"vocab_size": 256, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -16,7 +16,15 @@ import sys
 
 import torch
 import transformers
-from transformers import BartConfig, BartForConditionalGeneration, GenerationConfig, MistralConfig, MistralForCausalLM
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    GenerationConfig,
+    MistralConfig,
+    MistralForCausalLM,
+    WhisperConfig,
+    WhisperForConditionalGeneration,
+)
 
 TRANSFORMERS = ">=5.1,<5.3"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
 
@@ -27,9 +35,13 @@ SETTINGS = {"max_new_tokens": 4, "min_new_tokens": 4, "do_sample": False, "pad_t
 
 def gaps(model: torch.nn.Module, **inputs: torch.Tensor) -> list[float]:
     """max |Δlogit| per generated token of generate(prefill_chunk_size=2) against generate()."""
+    def config(**extra: int) -> GenerationConfig:  # the model's own generation config (Whisper's decoder start and tasks)
+        settings = GenerationConfig.from_dict({**model.generation_config.to_dict(), **SETTINGS, **extra})
+        return settings
+
     with torch.no_grad():
-        plain = model.generate(**inputs, generation_config=GenerationConfig(**SETTINGS))
-        chunked = model.generate(**inputs, generation_config=GenerationConfig(**SETTINGS, prefill_chunk_size=2))
+        plain = model.generate(**inputs, generation_config=config())
+        chunked = model.generate(**inputs, generation_config=config(prefill_chunk_size=2))
     return [float((a - b).abs().max()) for a, b in zip(plain.logits, chunked.logits, strict=True)]
 
 
@@ -43,8 +55,20 @@ def main() -> int:
     bart = BartForConditionalGeneration(BartConfig(
         vocab_size=256, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
         encoder_ffn_dim=128, decoder_ffn_dim=128, max_position_embeddings=64, init_std=0.15, decoder_start_token_id=2)).eval()
+    torch.manual_seed(0)
+    # Whisper numbers its decoder positions from cache_position (modeling_whisper.py:820-821 in 5.2.0); its generate()
+    # starts from the decoder start token alone, a prompt of one chunk: the decode steps still sit one ahead.
+    whisper = WhisperForConditionalGeneration(WhisperConfig(
+        vocab_size=256, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=128, decoder_ffn_dim=128, num_mel_bins=16, max_source_positions=32, max_target_positions=64,
+        init_std=0.15, decoder_start_token_id=252, pad_token_id=255, eos_token_id=253, bos_token_id=254)).eval()
+    features = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(1))
     runs = {"mistral (sliding window 4)": gaps(mistral, input_ids=prompt, attention_mask=torch.ones_like(prompt)),
             "bart (decoder prompt of 6)": gaps(bart, input_ids=prompt[:, :5], decoder_input_ids=prompt)}
+    try:
+        runs["whisper (generate(input_features))"] = gaps(whisper, input_features=features)
+    except TypeError as exc:  # 5.4+: position_ids passed twice (whisper_chunked_prefill_position_ids_twice.py)
+        print(f"whisper: generate(prefill_chunk_size=2) raised TypeError: {str(exc)[-70:]}")
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     found = False
     for name, measured in runs.items():
