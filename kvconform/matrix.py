@@ -20,6 +20,7 @@ from kvconform.checks.table import QUANTIZED_KINDS as QUANTIZED_KINDS
 from kvconform.families import CAUSAL_LM, FAMILIES, ID_SUFFIX
 from kvconform.known_failures import KnownFailure, key_problem, parse_known_failure
 from kvconform.names import close_matches
+from kvconform.strict_yaml import load_yaml
 
 DTYPES = ("float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda", "mps")
@@ -233,7 +234,7 @@ def load_matrix(
     """Read and validate a matrix file; raise ``MatrixError`` naming file, entry and field."""
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = load_yaml(path.read_text())
     except FileNotFoundError:
         raise MatrixError(f"{path}: matrix file not found (pass another with --matrix PATH)") from None
     except yaml.YAMLError as exc:

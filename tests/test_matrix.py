@@ -327,6 +327,7 @@ BAD_FILES = {
     "bad_dtype.yaml": ["models[0] (id 'llama-gqa')", "'dtypes'", "'float64'", "float32"],
     "bad_duplicate_id.yaml": ["duplicate model id 'tiny'"],
     "bad_yaml.yaml": ["not valid YAML", "line 9"],
+    "bad_duplicate_key.yaml": ["not valid YAML", "found the key 'parity' twice (first at line 10)", "line 11"],
     "does_not_exist.yaml": ["not found", "--matrix"],
 }
 

@@ -249,6 +249,7 @@ BAD_MATRICES = {
     "unknown-dtype": ("bad_dtype.yaml", ["models[0] (id 'llama-gqa')", "'dtypes'", "'float64'", "Did you mean", "float32"]),
     "duplicate-id": ("bad_duplicate_id.yaml", ["duplicate model id 'tiny'"]),
     "invalid-yaml": ("bad_yaml.yaml", ["not valid YAML", "line 9"]),
+    "duplicate-key": ("bad_duplicate_key.yaml", ["found the key 'parity' twice (first at line 10)"]),
     "missing-file": ("does_not_exist.yaml", ["not found"]),
 }
 

@@ -7,14 +7,14 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
+from kvconform.strict_yaml import load_yaml
 
 
 @lru_cache(maxsize=1)
 def architecture_table() -> dict[str, Any]:
     """The parsed architectures.yaml (read once)."""
     text = resources.files("kvconform.build").joinpath("architectures.yaml").read_text()
-    return yaml.safe_load(text) or {}
+    return load_yaml(text) or {}
 
 
 def load_architecture_table() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:

@@ -9,9 +9,8 @@ from functools import cache, lru_cache
 from importlib import resources
 from typing import Any
 
-import yaml
-
 from kvconform.families import AUDIO_LANGUAGE, CAUSAL_LM, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
+from kvconform.strict_yaml import load_yaml
 from kvconform.transformers_memo import auto_mapping, remembered
 
 
@@ -19,7 +18,7 @@ from kvconform.transformers_memo import auto_mapping, remembered
 def family_table() -> dict[str, Any]:
     """The parsed ``families.yaml`` (shrink overrides and measured exclusions per family)."""
     text = resources.files("kvconform.families").joinpath("families.yaml").read_text()
-    return yaml.safe_load(text) or {}
+    return load_yaml(text) or {}
 
 
 def family_overrides(model_type: str) -> dict[str, Any]:
