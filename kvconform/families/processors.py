@@ -123,6 +123,12 @@ def processor_kwargs(cls: type, config: Any) -> tuple[dict[str, Any], int]:
         out["merge_size"] = merge
         side = patch * merge * 2  # a 4 × 4 grid of patches (2 × 2 merged tokens), doubled in width below
         out["size"] = {"shortest_edge": side * side, "longest_edge": 2 * side * side}
+        # A constructor whose bounds default to numbers writes them over `size` (PaddleOCR-VL up to 5.3:
+        # min_pixels=384*384, max_pixels=1536*1536, image_processing_paddleocr_vl.py:159-178 in 5.3.0): give it ours
+        named = inspect.signature(cls).parameters
+        for key, edge in (("min_pixels", "shortest_edge"), ("max_pixels", "longest_edge")):
+            if key in named and named[key].default not in (None, inspect.Parameter.empty):
+                out[key] = out["size"][edge]
         if "temporal_patch_size" in defaults and getattr(vision, "temporal_patch_size", None):
             out["temporal_patch_size"] = int(vision.temporal_patch_size)
         tower = side
