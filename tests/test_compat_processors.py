@@ -59,3 +59,22 @@ def test_a_pil_class_that_imports_only_as_a_placeholder_falls_back_to_the_torchv
     monkeypatch.setattr(image_processing_auto, "get_image_processor_class_from_name", lambda _: type("SomePil", (), {"is_dummy": True}))
     monkeypatch.setattr(processors, "_torchvision_class", lambda name: name)
     assert processors.image_processor_class("anything") == "SomeTorchvision"
+
+
+@pytest.mark.parametrize("model_type", ["pix2struct", "kosmos-2.5"])
+def test_a_flattened_patch_processor_leaves_padding_patches_as_a_users_image_does(model_type: str) -> None:
+    """Pix2Struct-style processors keep the aspect ratio and pad to max_patches with zero rows of mask 0; the cell's
+    1:2 image under half a row more than its 4 x 8 grid leaves 4 of them (filling every patch hid the chunked-prefill
+    finding from 5.9 on, model_matrix.yaml)."""
+    from types import SimpleNamespace
+
+    from kvconform.families.processors import image_processor_class, processor_kwargs, synthetic_images
+
+    cls = image_processor_class(model_type)
+    config = SimpleNamespace(model_type=model_type, vision_config=SimpleNamespace(patch_size=8, image_size=32))
+    kwargs, side = processor_kwargs(cls, config)
+    assert kwargs["max_patches"] == 2 * 4 * 4 + 4
+    out = cls(**kwargs)(images=synthetic_images(2, side, 2 * side, seed=0), return_tensors="pt")
+    mask = out["attention_mask"]
+    assert mask.shape == (2, 36) and mask[:, :32].all() and not mask[:, 32:].any()
+    assert not out["flattened_patches"][:, 32:].any()

@@ -145,7 +145,15 @@ def processor_kwargs(cls: type, config: Any) -> tuple[dict[str, Any], int]:
     if defaults.get("apply_ocr"):  # the prompt is the harness's own ids, as when users pass words and boxes (UDOP)
         out["apply_ocr"] = False
     if isinstance(defaults.get("max_patches"), int):  # Pix2Struct resizes the image to at most this many patches
-        out["max_patches"] = 2 * (tower // patch) ** 2
+        grid = tower // patch
+        out["max_patches"] = 2 * grid**2
+        if hasattr(cls, "extract_flattened_patches"):
+            # A flattened-patch processor (Pix2Struct, Kosmos-2.5) keeps the image's aspect ratio and pads the patches
+            # to max_patches with zero rows of mask 0 (extract_flattened_patches, image_processing_pil_pix2struct.py:
+            # 278-315 in 5.24.0), so a user's image almost always leaves some (800x600 under the default 2048: 2028
+            # patches). Half a row more than the 1:2 image's grid x 2·grid fills: that image still resizes to
+            # grid x 2·grid patches (⌊grid·√(1 + 1/(2·grid))⌋ = grid) and `grid` padding patches follow.
+            out["max_patches"] += grid
     if isinstance(defaults.get("patch_size"), dict):
         out["patch_size"] = {"height": patch, "width": patch}
     elif isinstance(defaults.get("patch_size"), int):

@@ -15,8 +15,9 @@ patches of an image that does not fill max_patches, e.g. 2028 of 2048 for an 800
 (`self.invert_attention_mask(encoder_attention_mask)`, modeling_pix2struct.py:1096 in 5.3.0, :1052 in 5.8.1), so even
 an all-ones patch mask cut to the chunk's 2 columns raises RuntimeError "The size of tensor a (32) must match the size
 of tensor b (2)"; from 5.9 it builds the mask with create_bidirectional_mask (:1046 in 5.9.0), which drops the cut mask
-when its columns are all ones: the all-ones patch mask then runs, and a padded one lets the decoder chunks attend the
-padding patches, so the chunked generate() parts from the unchunked one (5.9.0 to 5.24.0).
+when its columns are all ones: the all-ones patch mask then runs, and a padded one (its padding patches come last, so
+the cut columns are ones) lets the decoder chunks attend the padding patches, so the chunked generate() parts from the
+unchunked one (5.9.0 to 5.25.0).
 Exit 1 when the chunked generate() raises or parts from the unchunked one, for either encoder mask of either model;
 0 otherwise.
 """
