@@ -106,7 +106,7 @@ class _Layers:
         self.layers = layers
 
 
-def _step_record(step: int, seen: tuple[int | None, list[Any]], logits: torch.Tensor, ref: torch.Tensor) -> StepRecord:
+def step_record(step: int, seen: tuple[int | None, list[Any]], logits: torch.Tensor, ref: torch.Tensor) -> StepRecord:
     delta = torch.nan_to_num((logits.float() - ref.float()).abs(), nan=float("inf"))
     row, vocab_id = divmod(int(delta.argmax()), delta.shape[-1])
     top = ref.float().topk(2, dim=-1).values
@@ -167,7 +167,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
                                    for k, step_logits in enumerate(logits))
         reference_steps, quantized = _fp8_design_reference(model, forwards, full, prompt_length, cache)
         timings["design_reference_s"] = time.perf_counter() - start
-    steps = [_step_record(k, caches_seen[k], step_logits, reference_steps[:, k, :]) for k, step_logits in enumerate(logits)]
+    steps = [step_record(k, caches_seen[k], step_logits, reference_steps[:, k, :]) for k, step_logits in enumerate(logits)]
     finite = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     scale = float(finite.abs().max())
     nonfinite = next((f"cached logits at step {k} are not finite" for k, step_logits in enumerate(logits) if not torch.isfinite(step_logits).all()), None)

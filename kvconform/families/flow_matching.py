@@ -31,9 +31,9 @@ from kvconform.build.models import Model
 from kvconform.checks.table import CHECK_TABLE
 from kvconform.compat import cache_keyword
 from kvconform.families import VISION_LANGUAGE
-from kvconform.families.decode import _step_record
+from kvconform.families.decode import step_record
 from kvconform.families.inputs import special_token_ids, text_ids
-from kvconform.families.processors import _run, image_processor_class
+from kvconform.families.processors import image_processor_class, run_processor
 from kvconform.probe.cache_io import cache_layers, compute_dtype, returned_cache, seq_length
 from kvconform.probe.decode import OwnCache, ProbePlan, ProbeRecord
 from kvconform.probe.kv_compare import locate_divergence
@@ -99,7 +99,7 @@ def _prefix_inputs(model: Model, batch: int, seed: int) -> tuple[dict[str, torch
     vlm = model.config.vlm_config
     text = vlm.text_config
     cls = image_processor_class(model.config.model_type)
-    kwargs, side, out = _run(cls, SimpleNamespace(vision_config=vlm.vision_config, model_type=model.config.model_type),
+    kwargs, side, out = run_processor(cls, SimpleNamespace(vision_config=vlm.vision_config, model_type=model.config.model_type),
                              batch * CAMERAS, seed)
     images = out["pixel_values"].to(compute_dtype(model))
     cameras = torch.tensor([CAMERAS if row == 0 else 1 for row in range(batch)])
@@ -200,7 +200,7 @@ def probe_flow_matching(model: Model, plan: ProbePlan) -> FlowMatchingRun:
     # the prompt and feeds the chunk alone.
     suffix = int(config.chunk_size) + ("state" in steps[0].call)
     rows = plan.batch_size
-    records = [_step_record(k, (step.seen_after, step.after), step.velocity.reshape(rows, -1),
+    records = [step_record(k, (step.seen_after, step.after), step.velocity.reshape(rows, -1),
                             reference.logits.reshape(rows, -1)) for k, (step, reference) in enumerate(zip(steps, references, strict=True))]
     reference_steps = torch.stack([reference.logits for reference in references])
     scale = float(torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0).abs().max())
@@ -223,9 +223,9 @@ def probe_flow_matching(model: Model, plan: ProbePlan) -> FlowMatchingRun:
     main = ProbePlan(batch_size=rows, prompt_length=prefix, decode_steps=len(steps), seed=plan.seed, cache=plan.cache,
                      device=plan.device, generate=False, locate_tolerance=plan.locate_tolerance, positions_per_step=suffix,
                      cropped_to=prefix, step_name="flow-matching step")
-    cropped = [_step_record(k, (step.seen_before, step.before), step.velocity.reshape(rows, -1), step.velocity.reshape(rows, -1))
+    cropped = [step_record(k, (step.seen_before, step.before), step.velocity.reshape(rows, -1), step.velocity.reshape(rows, -1))
                for k, step in enumerate(steps)]
-    cropped.append(_step_record(len(steps), (seq_length(cache), snapshot_layers(cache)), steps[-1].velocity.reshape(rows, -1),
+    cropped.append(step_record(len(steps), (seq_length(cache), snapshot_layers(cache)), steps[-1].velocity.reshape(rows, -1),
                                 steps[-1].velocity.reshape(rows, -1)))
     crop_plan = ProbePlan(batch_size=rows, prompt_length=prefix, decode_steps=len(steps), seed=plan.seed, cache=plan.cache,
                           device=plan.device, generate=False, positions_per_step=0, cropped_to=prefix,

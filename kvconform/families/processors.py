@@ -185,7 +185,7 @@ def is_stand_in_class(cls: type) -> bool:
     return "TorchvisionBackend" in {c.__name__ for c in cls.__mro__} and not torchvision_importable()
 
 
-def _run(cls: type, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], int, Any]:
+def run_processor(cls: type, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], int, Any]:
     """``cls`` sized to the tower of ``config`` and its output for one synthetic image per row."""
     with torchvision_stand_in():
         kwargs, side = processor_kwargs(cls, config)
@@ -207,13 +207,13 @@ def processed_images(model: Any, batch: int, seed: int) -> tuple[dict[str, torch
     cls = image_processor_class(config.model_type)
     if is_stand_in_class(cls):
         try:
-            kwargs, side, out = _run(cls, config, batch, seed)
+            kwargs, side, out = run_processor(cls, config, batch, seed)
         except Exception as exc:  # a kernel the stand-in lacks, or the processor on the shrunk sizes
             text = " ".join(f"{type(exc).__name__}: {exc}".split())[:200]
             raise NoImageProcessor(f"its torchvision-only image processor {cls.__name__} raised {text} on the torch "
                                    "stand-ins of torchvision's kernels") from exc
     else:
-        kwargs, side, out = _run(cls, config, batch, seed)
+        kwargs, side, out = run_processor(cls, config, batch, seed)
     accepted = set(inspect.signature(model.forward).parameters)
     for owner in (model, getattr(model, "model", None)):  # what the tower reads beside the pixels (image_merge_sizes)
         getter = getattr(owner, "get_image_features", None)

@@ -46,7 +46,7 @@ class PublishedAs:
 
 def published_as(model_type: str) -> PublishedAs | None:
     """The composite config ``model_type``'s checkpoints are published in (``published_as`` in families.yaml), if any."""
-    entry = (family_table().get("published_as") or {}).get(model_type)
+    entry = _type_entry("published_as", model_type)
     return PublishedAs(**entry) if entry else None
 
 
@@ -61,8 +61,13 @@ class PublishedIn:
 
 def published_in(model_type: str) -> PublishedIn | None:
     """The class ``model_type``'s checkpoints are published as (``published_in`` in families.yaml), if not the model's."""
-    entry = (family_table().get("published_in") or {}).get(model_type)
+    entry = _type_entry("published_in", model_type)
     return PublishedIn(**entry) if entry else None
+
+
+def _type_entry(section: str, model_type: str) -> dict[str, Any] | None:
+    """``model_type``'s entry in a per-type section of families.yaml, if any."""
+    return (family_table().get(section) or {}).get(model_type)
 
 
 def prefix_lm_types() -> frozenset[str]:
