@@ -303,6 +303,27 @@ def test_a_reference_sliding_window_is_checked_as_its_generate_masks_it(family_m
     assert f"stores {prompt + 4} positions after decode step 4" in kept["growth"].message, kept["growth"].message
 
 
+def test_passes_over_the_processors_output_carry_its_attention_mask(family_model):
+    """The prefill and the uncached reference take the prompt and the image as the processor returns them, with its
+    attention_mask: up to transformers 5.2 Qwen3-VL's mask reads its rotary positions as packed sequences without one
+    (an image's tokens share one temporal position), so a reference without it is wrong there, not the cache."""
+    model = family_model("qwen2_vl")
+    media_calls: list[tuple[tuple[int, ...], torch.Tensor | None]] = []
+
+    def record(module, args, kwargs):
+        if kwargs.get("pixel_values") is not None:
+            media_calls.append((tuple(kwargs["input_ids"].shape), kwargs.get("attention_mask")))
+
+    hook = model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        probe_and_check(model, VISION_LANGUAGE)
+    finally:
+        hook.remove()
+    assert len(media_calls) >= 2, media_calls
+    for shape, mask in media_calls:
+        assert mask is not None and tuple(mask.shape) == shape and bool(mask.all()), (shape, mask)
+
+
 def test_language_model_positions_that_restart_after_the_image_are_caught_and_located(family_model):
     """BLIP-2 decodes through its language model: positions restarting there after the image prefix are caught."""
     with planted("lm_positions_restart_after_image"):

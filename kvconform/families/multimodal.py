@@ -79,6 +79,12 @@ def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None
     def types(ids: torch.Tensor, first: int) -> dict[str, torch.Tensor]:
         return token_types(model, prompt_length, ids, first)
 
+    def processor_mask(ids: torch.Tensor) -> dict[str, torch.Tensor]:
+        # The tokenizer's attention_mask, which the processor returns with the prompt and generate() always passes. Up to
+        # 5.2 Qwen3-VL's mask reads its rotary positions as packed sequences without one (an image's tokens share one
+        # temporal position, masking_utils.find_packed_sequence_indices): a pass over the processor's output has it.
+        return {"attention_mask": torch.ones_like(ids)}
+
     def media_of(ids: torch.Tensor, first: int) -> dict[str, Any]:
         if media is None:
             return {}
@@ -101,7 +107,8 @@ def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None
             cache = EncoderDecoderCache(DynamicCache(config=cross.config), DynamicCache(config=cross.config))
         elif cache is None and inner is not None:  # kept by the caller: the outer output does not return it
             cache = DynamicCache(config=inner.config)
-        inputs = {"input_ids": ids, "use_cache": True, **media_of(ids, 0), **types(ids, 0), **kept(model, keep)}
+        inputs = {"input_ids": ids, "use_cache": True, **processor_mask(ids), **media_of(ids, 0), **types(ids, 0),
+                  **kept(model, keep)}
         hook = cross.register_forward_pre_hook(keep_encoder_states, with_kwargs=True) if cross is not None else None
         try:
             output = model(**inputs, **({keyword: cache} if cache is not None else {}))
@@ -124,7 +131,8 @@ def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None
                                 **kept(decoder, keep), **{keyword: cache}), cache)
 
     def reference(ids: torch.Tensor, keep: int | None) -> Any:
-        return model(input_ids=ids, **media_of(ids, 0), **types(ids, 0), **kept(model, keep), **whole_pass(model, prompt_length))
+        return model(input_ids=ids, **processor_mask(ids), **media_of(ids, 0), **types(ids, 0), **kept(model, keep),
+                     **whole_pass(model, prompt_length))
 
     def declared(cache: Any) -> Any:  # where the prompt ends, for a path that prefills another number of tokens
         if cache is not None:
