@@ -5,6 +5,7 @@ path fails that path's check with a located message."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -411,3 +412,27 @@ def test_the_random_assistant_keeps_every_kind_of_block() -> None:
     assert not _one_uniform_stack(model, mixed, 3)
     assert _one_uniform_stack(model, SimpleNamespace(layer_types=None), 3)
     assert not _one_uniform_stack(model, SimpleNamespace(layer_types=["sliding_attention", "full_attention"] * 2), 3)
+
+
+def test_quanto_builds_its_cpu_kernel_once_per_machine_not_per_environment(monkeypatch, tmp_path):
+    """A quanto cell's cache_config points quanto's CPU unpack kernel (60 s of compiling on 2 cores) at kvconform's cache
+    folder, keyed by the Python, torch and quanto versions, so a fresh environment (each CI job's venv) reuses the build;
+    a kernel already loaded is left where it is."""
+    extensions = pytest.importorskip("optimum.quanto.library.extensions")
+    from transformers import LlamaConfig
+
+    from kvconform.build import quanto_kernel
+    from kvconform.build.support import int_cache_config
+
+    extension = extensions.get_extension(quanto_kernel.EXTENSION)
+    monkeypatch.setenv("KVCONFORM_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(extension, "_lib", None)
+    monkeypatch.setattr(extension, "build_directory", "/venv/optimum/quanto/library/extensions/cpp/build")
+    config = LlamaConfig(hidden_size=16, num_attention_heads=2, num_key_value_heads=1, num_hidden_layers=1)
+    int_cache_config(config, "quanto-int4")
+    folder = Path(extension.build_directory)
+    assert folder.parent == tmp_path / "quanto-cpp" and f"torch{torch.__version__}" in folder.name, folder
+    monkeypatch.setattr(extension, "_lib", object())
+    monkeypatch.setattr(extension, "build_directory", "/where/it/was/loaded")
+    int_cache_config(config, "quanto-int2")
+    assert extension.build_directory == "/where/it/was/loaded"

@@ -23,6 +23,7 @@ import torch
 from kvconform.build.geometry import cache_geometry
 from kvconform.build.model_types import model_class
 from kvconform.build.models import Model
+from kvconform.build.quanto_kernel import share_quanto_build
 from kvconform.compat import CACHE_KEYWORDS, feed_cache_position, taken_cache_keyword
 from kvconform.matrix import INT_QUANTIZED, QUANTIZED, ModelSpec, missing_backend
 
@@ -40,8 +41,11 @@ GROUP_SIZE = 16
 
 
 def int_cache_config(config: Any, kind: str) -> dict[str, Any]:
-    """The ``cache_config`` of an integer-quantized cell: backend, nbits, residual_length, q_group_size."""
+    """The ``cache_config`` of an integer-quantized cell: backend, nbits, residual_length, q_group_size. Every quanto
+    path passes here first, so quanto's CPU kernel is built once per machine (``quanto_kernel``), not per environment."""
     backend, nbits = INT_QUANTIZED[kind]
+    if backend == "quanto":
+        share_quanto_build()
     dims = [dim for layer in cache_geometry(config).kv_layers for dim in (layer.k_head_dim, layer.v_head_dim)]
     return {"backend": backend, "nbits": nbits, "residual_length": RESIDUAL_LENGTH,
             "q_group_size": math.gcd(GROUP_SIZE, *dims) if dims else GROUP_SIZE}
