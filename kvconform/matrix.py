@@ -548,12 +548,14 @@ def _with_groups(xfails: dict[str, Any], groups: Any, label: str) -> dict[str, A
     applies to (a release's shipped bug on every type whose forward meets it) and its entries by check. A type that has
     an entry for that check already keeps it first and gets the group's as a further alternative; a group's ``*`` entry
     (the model does not build or run on its releases, so every check fails with it) also goes first in each of the
-    type's own entries, where a named check would otherwise win over ``*`` (known_failures.known_failure)."""
+    type's named entries, its own and those of every group, earlier or later in the file, where a named check would
+    otherwise win over ``*`` (known_failures.known_failure)."""
 
     def alternatives(entry: Any) -> list[Any]:
         return list(entry) if isinstance(entry, list) else [entry]
 
     merged = {model_type: dict(checks) if isinstance(checks, dict) else checks for model_type, checks in xfails.items()}
+    stars: dict[str, list[Any]] = {}
     for index, group in enumerate(_expect(groups, list, label, "xfail_groups")):
         where = f"{label}: xfail_groups[{index}]"
         _expect(group, dict, where, "xfail_groups")
@@ -563,10 +565,13 @@ def _with_groups(xfails: dict[str, Any], groups: Any, label: str) -> dict[str, A
         for model_type in types:
             checks = merged.setdefault(str(model_type), {})
             if "*" in entries:
-                checks.update({key: [entries["*"], *alternatives(own)] for key, own in checks.items() if key != "*"})
+                stars.setdefault(str(model_type), []).append(entries["*"])
             for key, found in entries.items():
                 existing = checks.get(key)
                 checks[key] = found if existing is None else [*alternatives(existing), found]
+    for model_type, found in stars.items():
+        checks = merged[model_type]
+        checks.update({key: [*found, *alternatives(own)] for key, own in checks.items() if key != "*"})
     return merged
 
 

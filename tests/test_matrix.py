@@ -205,6 +205,18 @@ def test_a_group_that_stops_the_model_building_comes_first_in_the_types_own_entr
     assert known == {"generate": KnownFailure(**build), "*": KnownFailure(**build)}
 
 
+def test_a_group_that_stops_the_model_building_leads_the_entries_of_groups_written_after_it() -> None:
+    """The ``*`` of a group (mbart's configs not loading on 5.4) leads a named entry a later group gives the type (the
+    continuation finding's ``between_calls``), as it leads the type's own: the order of groups in the file is not a
+    verdict."""
+    build = {**BUG, "reason": "the config does not load", "expect": "StrictDataclassFieldValidationError"}
+    matrix = parse([{"sweep": "causal-lm", "xfail_groups": [{"types": ["mistral"], "xfail": {"*": build}},
+                                                            {"types": ["mistral", "gpt2"], "xfail": {"generate": BUG}}]}])
+    known = {m.id: dict(m.xfail) for m in matrix.models}
+    assert known["mistral"] == {"generate": KnownFailure(**build), "*": KnownFailure(**build)}
+    assert known["gpt2"] == {"generate": KnownFailure(**BUG)}
+
+
 @pytest.mark.parametrize(("entry", "fragments"), [
     ({"sweep": "causal-lm", "xfail_groups": [{"types": ["gpt2"], "xfails": {}}]}, ["xfail_groups[0]", "unknown field 'xfails'"]),
     ({"sweep": "causal-lm", "xfail_groups": [{"types": "gpt2", "xfail": {}}]}, ["xfail_groups[0]", "'types' must be list"]),
