@@ -349,7 +349,12 @@ def image_encoder_inputs(model: Model, batch: int, length: int, seed: int, forbi
                              f"{recipe}; input_ids [B, {length}]{placed} and the text's attention_mask")
     count = count_features(model, tensors) // batch
     ids = torch.cat([torch.full((batch, count), token, device=device), text], dim=1)
-    return EncoderInputs({"input_ids": ids, **tensors}, f"{recipe}; {count} image tokens before {length} text tokens")
+    # The processor's attention_mask over the placeholders and the text (Florence2Processor's and T5Gemma2's tokenizers
+    # return one), as users pass the processor's output: generate() infers a ones mask for an encoder-decoder up to 5.1
+    # and none from 5.2 on (UDOP's note above), so without one the calls from 5.2 on ran a path users do not take (the
+    # chunked prefill's cut of the encoder mask, generation/utils.py:3880 in 5.2.0, never met T5Gemma2's merged attention).
+    return EncoderInputs({"input_ids": ids, "attention_mask": torch.ones_like(ids), **tensors},
+                         f"{recipe}; {count} image tokens before {length} text tokens, and the text's attention_mask")
 
 
 #: The scale of the word boxes a layout tokenizer gives each token (UdopTokenizer: "normalized to be on a 0-1000 scale").

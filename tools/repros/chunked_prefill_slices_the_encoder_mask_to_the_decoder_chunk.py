@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""transformers 5.1+: an encoder-decoder's generate(prefill_chunk_size=k) cuts the ENCODER's attention mask to the
+"""transformers 5.x: an encoder-decoder's generate(prefill_chunk_size=k) cuts the ENCODER's attention mask to the
 decoder chunk's length.
 
-Expected (model bug, transformers >= 5.1.0; 5.0.0 refuses chunked prefill for encoder-decoders): the chunked prefill
+Expected (model bug, transformers >= 5.1.0; 5.0.0 refuses chunked prefill for most encoder-decoders): the chunked prefill
 pops model_kwargs["attention_mask"] and gives each chunk `attention_mask[:, :current_length]` (generation/utils.py:3840-3845
 in 5.1.0, :4362-4392 in 5.24.0); for an encoder-decoder that mask is the encoder's, so each decoder chunk gets the first
 2, 4, 6 encoder columns of a 9-position encoder input. On 5.1.0 even an all-ones mask reaches the cross-attention that
@@ -18,6 +18,11 @@ of tensor b (2)"; from 5.9 it builds the mask with create_bidirectional_mask (:1
 when its columns are all ones: the all-ones patch mask then runs, and a padded one (its padding patches come last, so
 the cut columns are ones) lets the decoder chunks attend the padding patches, so the chunked generate() parts from the
 unchunked one (5.9.0 to 5.25.0).
+T5Gemma2's decoder concatenates its self-attention mask with the cross-attention mask made from the encoder mask, for
+merged attention (modeling_t5gemma2.py:1085-1092 in 5.1.0): the first chunk's mask has 2 + 2 columns for 2 + 9 keys, and
+SDPA raises "The size of tensor a (11) must match the size of tensor b (4)" with an all-ones mask too, on every release
+from 5.0.0 (T5Gemma2's own _prepare_cache_for_generation puts the cache in model_kwargs before 5.0.0's refusal looks) to
+5.25.0 (from 5.23 generate() refuses to chunk a prompt with raw pixel_values; this text-only input still raises).
 Exit 1 when the chunked generate() raises or parts from the unchunked one, for either encoder mask of either model;
 0 otherwise.
 """
@@ -25,9 +30,16 @@ import sys
 
 import torch
 import transformers
-from transformers import MvpConfig, MvpForConditionalGeneration, Pix2StructConfig, Pix2StructForConditionalGeneration
+from transformers import (
+    MvpConfig,
+    MvpForConditionalGeneration,
+    Pix2StructConfig,
+    Pix2StructForConditionalGeneration,
+    T5Gemma2Config,
+    T5Gemma2ForConditionalGeneration,
+)
 
-TRANSFORMERS = ">=5.1"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
+TRANSFORMERS = ">=5.0"  # the releases this bug is in: T5Gemma2 from 5.0.0, the others from 5.1.0
 
 
 def chunked_fails(model: torch.nn.Module, encoder_inputs: dict[str, torch.Tensor], mask: torch.Tensor, prompt: torch.Tensor,
@@ -64,7 +76,30 @@ def main() -> int:
     failed = [chunked_fails(model, {"input_ids": encoder_ids}, torch.ones_like(encoder_ids), prompt, "MVP, an all-ones encoder mask"),
               chunked_fails(model, {"input_ids": encoder_ids}, padded, prompt, "MVP, a padded encoder row")]
     failed += pix2struct()
+    failed += t5gemma2()
     return 1 if any(failed) else 0
+
+
+def t5gemma2() -> list[bool]:
+    """T5Gemma2 (google/t5gemma-2-270m-270m's layout narrowed: sliding and full layers, one KV head) on a text-only
+    encoder input, with an all-ones and a padded encoder mask."""
+    text = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 1, "head_dim": 16, "query_pre_attn_scalar": 16, "sliding_window": 4,
+            "layer_types": ["sliding_attention", "full_attention"], "max_position_embeddings": 64, "initializer_range": 0.15,
+            "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2}
+    vision = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "image_size": 32,
+              "patch_size": 16}
+    config = T5Gemma2Config(encoder={"text_config": text, "vision_config": vision, "mm_tokens_per_image": 4,
+                                     "boi_token_index": 252, "eoi_token_index": 253, "image_token_index": 254},
+                            decoder=text, image_token_index=254)
+    torch.manual_seed(0)
+    model = T5Gemma2ForConditionalGeneration(config).eval()
+    encoder_ids = torch.randint(4, 250, (2, 9), generator=torch.Generator().manual_seed(0))
+    prompt = torch.cat([torch.full((2, 1), 2), torch.randint(4, 250, (2, 5), generator=torch.Generator().manual_seed(1))], dim=1)
+    padded = torch.ones_like(encoder_ids)
+    padded[1, -4:] = 0
+    return [chunked_fails(model, {"input_ids": encoder_ids}, torch.ones_like(encoder_ids), prompt, "T5Gemma2, an all-ones encoder mask"),
+            chunked_fails(model, {"input_ids": encoder_ids}, padded, prompt, "T5Gemma2, a padded encoder row")]
 
 
 def pix2struct() -> list[bool]:
