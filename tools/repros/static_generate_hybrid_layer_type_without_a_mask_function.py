@@ -8,7 +8,9 @@ From 5.5 ``StaticCache(config)`` builds recurrent layers for a hybrid config's n
 mask per entry of ``config.layer_types`` through ``LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING[layer_pattern]``
 (masking_utils.py:1472 in 5.5.4, :1524-1527 in 5.12.1), a table of attention types only, so "linear_attention"
 (Qwen3-Next, Qwen3.5), "conv" (LFM2) and "mamba" (Jamba, GraniteMoeHybrid) raise KeyError before the first forward.
-LFM2-VL's language model is LFM2: its static ``generate()`` with an image raises the same (the last row).
+LFM2-VL's language model is LFM2: its static ``generate()`` with an image raises the same. MiniCPM-V 4.6 (new in 5.7)
+wraps a Qwen3.5 text model: its static ``generate()`` raises ``KeyError: 'linear_attention'`` on 5.7-5.12 (the last row,
+left out by releases without the type).
 Exit 1 while a static ``generate()`` raises or picks other tokens than the dynamic one, 0 when they agree.
 """
 import sys
@@ -40,6 +42,14 @@ IMAGE_TOKEN = 250  # LFM2-VL: one image of 4 x 4 patches of 8 pixels, 2 x 2 plac
 def build(model_type: str) -> tuple[torch.nn.Module, dict]:
     """The model and its generate() inputs besides the prompt (LFM2-VL: an image in the processor's NaFlex layout)."""
     torch.manual_seed(0)
+    if model_type == "minicpmv4_6":  # a text-only prompt: the masks are built before any forward
+        text = {"model_type": "qwen3_5_text", **COMMON, **{key: value for key, value in CONFIGS["qwen3_next"].items()
+                                                           if key.startswith(("head_dim", "linear_", "layer_types"))}}
+        vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                  "patch_size": 8, "image_size": 32}
+        config = transformers.AutoConfig.for_model("minicpmv4_6", text_config=text, vision_config=vision,
+                                                   image_token_id=IMAGE_TOKEN, insert_layer_id=0)
+        return transformers.AutoModelForImageTextToText.from_config(config).float().eval(), {}
     if model_type != "lfm2_vl":
         config = transformers.AutoConfig.for_model(model_type, **COMMON, **CONFIGS[model_type])
         return transformers.AutoModelForCausalLM.from_config(config).float().eval(), {}
@@ -74,7 +84,8 @@ def reproduces(model_type: str) -> bool:
 
 def main() -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
-    bad = [model_type for model_type in [*CONFIGS, "lfm2_vl"] if reproduces(model_type)]
+    known = transformers.models.auto.configuration_auto.CONFIG_MAPPING
+    bad = [model_type for model_type in [*CONFIGS, "lfm2_vl", "minicpmv4_6"] if model_type in known and reproduces(model_type)]
     print(f"static generate() raises or parts from the dynamic one: {bad}" if bad else "static generate() agrees with dynamic")
     return 1 if bad else 0
 
