@@ -68,3 +68,38 @@ def test_a_torchvision_only_processor_makes_its_own_layout() -> None:
     raw = torch.from_numpy(np.array(image[0])).float()
     expected = (raw[16:32, 48:64] / 255 - 0.5) / 0.5  # token (row 1, column 3)
     assert torch.allclose(out["pixel_values"][7], expected, atol=1e-6)
+
+
+@needs_stand_in
+def test_a_processor_module_whose_guarded_import_skipped_the_kernels_gets_them_inside_the_context() -> None:
+    """5.4's LlavaNextImageProcessor module imports tvF only ``if is_torchvision_available()`` (False under the stand-in)
+    and calls tvF.pad itself: its processor got NameError and the cell config-shaped pixels its anyres forward refused.
+    The processor's own modules get the kernels while the context is open, and lose them after."""
+    import types
+
+    module = types.ModuleType("transformers.models.kvconform_fake.image_processing_kvconform_fake")
+    exec("def pad_it(image):\n    return tvF.pad(image, padding=[1, 0, 0, 0])\n"
+         "class FakeImageProcessor:\n    def __call__(self, image):\n        return pad_it(image)\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        processor = module.FakeImageProcessor
+        with pytest.raises(NameError):
+            processor()(torch.zeros(1, 2, 2))
+        with kernels.torchvision_stand_in(processor):
+            assert processor()(torch.zeros(1, 2, 2)).shape == (1, 2, 3)
+        assert not hasattr(module, "tvF")
+        with kernels.torchvision_stand_in():  # without the class its module is left alone, as before
+            with pytest.raises(NameError):
+                processor()(torch.zeros(1, 2, 2))
+    finally:
+        del sys.modules[module.__name__]
+
+
+def test_pad_fills_each_channel_with_its_own_value() -> None:
+    """torchvision pads a tensor with one fill per channel (5.4's Llama4ImageProcessor pads with its background colour)."""
+    image = torch.arange(6.0).reshape(2, 1, 3)
+    padded = kernels.pad(image, [1, 0, 0, 1], fill=[7.0, 9.0])
+    assert padded.shape == (2, 2, 4)
+    assert torch.equal(padded[:, :1, 1:], image)
+    assert torch.equal(padded[0, :, 0], torch.tensor([7.0, 7.0])) and torch.equal(padded[1, 1], torch.full((4,), 9.0))
+    assert torch.equal(kernels.pad(image, [1, 0, 0, 0], fill=[5.0]), kernels.pad(image, [1, 0, 0, 0], fill=5.0))

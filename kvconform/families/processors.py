@@ -187,7 +187,7 @@ def is_stand_in_class(cls: type) -> bool:
 
 def run_processor(cls: type, config: Any, batch: int, seed: int) -> tuple[dict[str, Any], int, Any]:
     """``cls`` sized to the tower of ``config`` and its output for one synthetic image per row."""
-    with torchvision_stand_in():
+    with torchvision_stand_in(cls):
         kwargs, side = processor_kwargs(cls, config)
         processor = cls(**kwargs)
         images = synthetic_images(batch, side, 2 * side, seed)

@@ -73,14 +73,21 @@ def _ltrb(padding: int | Sequence[int]) -> tuple[int, int, int, int]:
     return left, top, right, bottom
 
 
-def pad(image: torch.Tensor, padding: int | Sequence[int], fill: float | None = 0,
+def pad(image: torch.Tensor, padding: int | Sequence[int], fill: float | Sequence[float] | None = 0,
         padding_mode: str = "constant") -> torch.Tensor:
-    """``[..., C, H, W]`` padded by torchvision's ``padding`` (left, top, right, bottom)."""
+    """``[..., C, H, W]`` padded by torchvision's ``padding`` (left, top, right, bottom); a constant ``fill`` is one
+    value or one per channel (5.4's Llama4ImageProcessor pads with its background colour, image_processing_llama4.py:178)."""
     left, top, right, bottom = _ltrb(padding)
     shape = image.shape
     batch = image.reshape(-1, *shape[-3:])
-    if padding_mode == "constant":
-        out = F.pad(batch, (left, right, top, bottom), mode="constant", value=float(fill or 0))
+    if padding_mode == "constant" and isinstance(fill, (list, tuple)) and len(fill) > 1:
+        out = torch.empty(*batch.shape[:-2], shape[-2] + top + bottom, shape[-1] + left + right, dtype=image.dtype,
+                          device=image.device)
+        out[:] = torch.as_tensor(fill, dtype=image.dtype, device=image.device).reshape(-1, 1, 1)
+        out[..., top:top + shape[-2], left:left + shape[-1]] = batch
+    elif padding_mode == "constant":
+        value: Any = fill[0] if isinstance(fill, (list, tuple)) else fill
+        out = F.pad(batch, (left, right, top, bottom), mode="constant", value=float(value or 0))
     else:
         mode = {"edge": "replicate", "reflect": "reflect"}.get(padding_mode, padding_mode)
         out = F.pad(batch.float(), (left, right, top, bottom), mode=mode).to(image.dtype)
@@ -146,10 +153,24 @@ def torchvision_importable() -> bool:
     return not getattr(torchvision, STAND_IN, False)
 
 
+def _processor_modules(processor: type | None) -> list[types.ModuleType]:
+    """The transformers modules that define ``processor``'s class hierarchy (each once)."""
+    if processor is None:
+        return []
+    names = dict.fromkeys(c.__module__ for c in processor.__mro__ if c.__module__.startswith("transformers."))
+    return [sys.modules[name] for name in names if name in sys.modules]
+
+
 @contextmanager
-def torchvision_stand_in() -> Iterator[None]:
+def torchvision_stand_in(processor: type | None = None) -> Iterator[None]:
     """While open: ``torchvision.transforms.v2.functional`` importable as the kernels above, and transformers'
-    torchvision backend using them. Restores everything it changed on exit; a no-op where torchvision imports."""
+    torchvision backend using them. Restores everything it changed on exit; a no-op where torchvision imports.
+
+    ``processor``: a torchvision-backend image processor class about to be called. Modules of its class hierarchy that
+    import the kernels only ``if is_torchvision_available()`` (5.4's LlavaNextImageProcessor, AriaImageProcessor:
+    ``from torchvision.transforms.v2 import functional as tvF``, image_processing_llava_next.py:41-42 in 5.4.0) were
+    imported without them and get them, as the backend module does, while the context is open.
+    """
     try:
         from transformers import image_processing_backends as backends
     except ImportError:  # before 5.4: no backend module, and the slow (PIL/numpy) processors need no torchvision
@@ -179,12 +200,19 @@ def torchvision_stand_in() -> Iterator[None]:
                  "torch_pil_interpolation_mapping": {mode: resample for resample, mode in mapping.items()}}
     missing = object()
     saved = {name: getattr(backends, name, missing) for name in stand_ins}
+    # the processor's own modules that lack a stand-in name (their guarded import skipped it): theirs until exit
+    lacking = [(owner, name) for owner in _processor_modules(processor) if owner is not backends
+               for name in stand_ins if not hasattr(owner, name)]
     sys.modules.update(modules)
     for name, value in stand_ins.items():
         setattr(backends, name, value)
+    for owner, name in lacking:
+        setattr(owner, name, stand_ins[name])
     try:
         yield
     finally:
+        for owner, name in lacking:
+            delattr(owner, name)
         for name, module in saved_modules.items():
             if module is None:
                 sys.modules.pop(name, None)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""``generate(cache_implementation="static")`` on hybrid models (Qwen3-Next, LFM2, Jamba, GraniteMoeHybrid) raises
+"""``generate(cache_implementation="static")`` on hybrid models (Qwen3-Next, LFM2, Jamba, GraniteMoeHybrid, NemotronH) raises
 KeyError in transformers 5.5-5.12.
 
 From 5.5 ``StaticCache(config)`` builds recurrent layers for a hybrid config's non-attention layer types, so a static
@@ -7,10 +7,10 @@ From 5.5 ``StaticCache(config)`` builds recurrent layers for a hybrid config's n
 (generation/utils.py:557-575 in 5.5.4, :562-580 in 5.12.1), which calls ``create_masks_for_generate``; that builds one
 mask per entry of ``config.layer_types`` through ``LAYER_PATTERN_TO_MASK_FUNCTION_MAPPING[layer_pattern]``
 (masking_utils.py:1472 in 5.5.4, :1524-1527 in 5.12.1), a table of attention types only, so "linear_attention"
-(Qwen3-Next, Qwen3.5), "conv" (LFM2) and "mamba" (Jamba, GraniteMoeHybrid) raise KeyError before the first forward.
-LFM2-VL's language model is LFM2: its static ``generate()`` with an image raises the same. MiniCPM-V 4.6 (new in 5.7)
-wraps a Qwen3.5 text model: its static ``generate()`` raises ``KeyError: 'linear_attention'`` on 5.7-5.12 (the last row,
-left out by releases without the type).
+(Qwen3-Next, Qwen3.5), "conv" (LFM2), "mamba" and "attention" (Jamba, GraniteMoeHybrid, NemotronH) raise KeyError before
+the first forward. LFM2-VL's language model is LFM2: its static ``generate()`` with an image raises the same. MiniCPM-V
+4.6 (new in 5.7) wraps a Qwen3.5 text model: its static ``generate()`` raises ``KeyError: 'linear_attention'`` on
+5.7-5.12 (the last row, left out by releases without the type).
 Exit 1 while a static ``generate()`` raises or picks other tokens than the dynamic one, 0 when they agree.
 """
 import sys
@@ -33,6 +33,10 @@ CONFIGS = {
     "granitemoehybrid": {"num_local_experts": 4, "num_experts_per_tok": 2, "shared_intermediate_size": 64,
                          "layer_types": ["mamba", "attention"], "mamba_n_heads": 8, "mamba_n_groups": 1, "mamba_d_state": 8,
                          "mamba_d_head": 16, "mamba_d_conv": 4, "mamba_expand": 2},
+    # NemotronH's blocks as its checkpoints name them (hybrid_override_pattern "M" Mamba2, "*" attention)
+    "nemotron_h": {"hybrid_override_pattern": "M*", "head_dim": 16, "mamba_num_heads": 8, "mamba_head_dim": 16,
+                   "n_groups": 1, "ssm_state_size": 8, "conv_kernel": 4, "expand": 2, "chunk_size": 8,
+                   "use_mamba_kernels": False},
 }
 
 
