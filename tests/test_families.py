@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -322,6 +324,35 @@ def test_passes_over_the_processors_output_carry_its_attention_mask(family_model
     assert len(media_calls) >= 2, media_calls
     for shape, mask in media_calls:
         assert mask is not None and tuple(mask.shape) == shape and bool(mask.all()), (shape, mask)
+
+
+def test_generate_paths_start_without_the_hand_driven_prefills_rope_deltas(family_model):
+    """The hand-driven prefill over the processor's output (its attention_mask) leaves the image's rope_deltas on the
+    instance; the generate() paths after it start from a fresh instance's, as a user's first generate() does (the omni
+    thinkers' static generate() prefill on 5.14-5.15 reads them instead of computing its own)."""
+    model = family_model("qwen2_vl")
+    held: list[list[Any]] = []
+    generate = model.generate
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        held.append([module.rope_deltas for module in model.modules() if getattr(module, "rope_deltas", None) is not None])
+        return generate(*args, **kwargs)
+
+    seen: list[Any] = []
+
+    def record(module, args, kwargs):
+        if kwargs.get("pixel_values") is not None and not held:
+            seen.append(getattr(model.model, "rope_deltas", None))
+
+    model.generate = recording
+    hook = model.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        probe_and_check(model, VISION_LANGUAGE)
+    finally:
+        hook.remove()
+        del model.generate
+    assert held and held[0] == [], held[:1]
+    assert seen and any(deltas is not None for deltas in seen), "the hand-driven runs set no rope_deltas: the test shows nothing"
 
 
 def test_language_model_positions_that_restart_after_the_image_are_caught_and_located(family_model):

@@ -191,7 +191,8 @@ def _forget_rope_deltas(model: Model) -> None:
     """Multimodal-rotary models keep the last prompt's ``rope_deltas`` on the instance, and a forward over a text-only
     prompt does not replace them (modeling_qwen2_vl.py:1093-1116); generate() sets them at every prefill
     (modeling_qwen2_vl.py:1340-1366). The hand-driven decode of the cell starts from a fresh instance's (None), as an
-    earlier cell's generate() on the same instance would otherwise leave its image's deltas to a text-only decode."""
+    earlier cell's generate() on the same instance would otherwise leave its image's deltas to a text-only decode; the
+    generate() paths start from it too, after the hand-driven runs."""
     for module in model.modules():
         if getattr(module, "rope_deltas", None) is not None:
             module.rope_deltas = None
@@ -225,6 +226,10 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     prompt, as_given = _decoder_prompt(model, prompt)
     media_plan = replace(plan, prompt_length=prompt.shape[1])
     with_media = drive(model, media_plan, _driver(model, prompt, probe, forbidden))
+    # The generate() paths (run after this) start from a fresh instance's state too: the hand-driven prefill over the
+    # processor's output (its attention_mask) leaves the image's rope_deltas on the instance, and a forward that does not
+    # compute its own reads them (the omni thinkers' static generate() prefill, given no 2-D mask on 5.14-5.15).
+    _forget_rope_deltas(model)
     first = TEXT_BEFORE_MEDIA + len(before)
     wrapped = f" between the processor's start and end ids {before + after}" if before else ""
     recipe = (f"{probe.recipe}, {probe.tokens_per_row} {noun} tokens at positions "
