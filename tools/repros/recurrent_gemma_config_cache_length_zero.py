@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""RecurrentGemma's config-built caches report length 0 in transformers 5.18 to 5.23 and again from 5.25 (5.17 and
-5.24 are right).
+"""RecurrentGemma's config-built caches report length 0 in transformers 5.18 to 5.22 and again from 5.25 (5.17, 5.23
+and 5.24 are right).
 
 5.18 removed RecurrentGemmaModel.forward's rebinding of get_seq_length/get_mask_sizes to the first attention
 layer (modeling_recurrent_gemma.py:670-677 in 5.17.0); 5.18.0 derives position_ids from get_seq_length()
@@ -10,9 +10,11 @@ DynamicCache(config=...) and StaticCache(config=...) give RecurrentGemma an atte
 a recurrent block that never stores a token, so get_seq_length() (layer 0) stays 0 after the prefill. The
 model derives position_ids from it (modeling_recurrent_gemma.py:650-652 in 5.20), and for a static cache
 generate() builds the 4-D masks from it (generation/utils.py:721-738), so greedy generate() with
-cache_implementation="static" picks other tokens than without the cache. 5.24 types the cache layers by
-the model's layer types, and Cache.get_seq_length() falls back from a linear-attention layer 0 to the first
-attention layer (cache_utils.py:1760-1777 in 5.24.0).
+cache_implementation="static" picks other tokens than without the cache, and generate() continued from the cache
+it returned (past_key_values=...) raises RuntimeError on the mask shape (5.18.0-5.22.2). 5.23 types the cache layers
+by the model's layer types (layers_block_type names the blocks linear_attention / sliding_attention,
+configuration_recurrent_gemma.py:99-102 in 5.23.0), and Cache.get_seq_length() falls back from a linear-attention
+layer 0 to the first attention layer (cache_utils.py:1711-1721 in 5.23.0, :1760-1777 in 5.24.0).
 
 5.25 brings the length 0 back another way: it drops that fallback (Cache.get_seq_length returns
 layers[0].get_seq_length(), cache_utils.py:1811-1815 in 5.25.0) and gives linear-attention layers a count of
@@ -27,7 +29,7 @@ forward from its first step (|dlogit| 0.12 there, 0.24 at worst over 8 steps her
 mask (generation/utils.py:2890-2893, 911-925) and 5.25's get_mask_sizes still falls back to the first attention
 layer (cache_utils.py:1874-1884), so its tokens are right; a continued generate() re-feeds its whole sequence
 (past_length 0, generation/utils.py:4321-4336). Exit 1 while get_seq_length() is 0 after a prefill, the static
-generate() differs, or the decode loop's logits leave the uncached forward's.
+generate() differs, the continued generate() raises, or the decode loop's logits leave the uncached forward's.
 """
 import copy
 import os
@@ -38,7 +40,7 @@ import torch
 import transformers
 from transformers import AutoConfig, StaticCache
 
-TRANSFORMERS = ">=5.18,<5.24 || >=5.25"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
+TRANSFORMERS = ">=5.18,<5.23 || >=5.25"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
 
 DTYPE, SEED, BATCH, PROMPT, STEPS, CACHE, ATTN = 'float32', 0, 2, 6, 8, 'static', 'sdpa'
 CONFIG_JSON = '{\n  "attention_bias": false,\n  "attention_dropout": 0.0,\n  "attention_window_size": 4,\n  "block_types": [\n    "recurrent",\n    "recurrent",\n    "attention"\n  ],\n  "bos_token_id": 2,\n  "conv1d_width": 4,\n  "eos_token_id": 1,\n  "final_w_init_variance_scale": 0.6666666666666666,\n  "head_dim": 16,\n  "hidden_activation": "gelu_pytorch_tanh",\n  "hidden_size": 64,\n  "intermediate_size": 128,\n  "logits_soft_cap": 30.0,\n  "lru_width": 64,\n  "model_type": "recurrent_gemma",\n  "num_attention_heads": 4,\n  "num_hidden_layers": 3,\n  "num_key_value_heads": 2,\n  "pad_token_id": 0,\n  "rms_norm_eps": 1e-06,\n  "rope_parameters": {\n    "partial_rotary_factor": 0.5,\n    "rope_theta": 10000.0,\n    "rope_type": "default"\n  },\n  "tie_word_embeddings": true,\n  "transformers_version": "5.20.0",\n  "use_cache": true,\n  "vocab_size": 256,\n  "w_init_variance_scale": 0.01\n}\n'
@@ -94,6 +96,18 @@ def main():
         runs[use_cache] = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))[:, PROMPT:]
     print(f"generate(cache_implementation='static') {runs[True].tolist()}")
     print(f"generate(use_cache=False)               {runs[False].tolist()}")
+    # generate() continued from the cache it returned, as users continue a conversation.
+    config = copy.deepcopy(model.generation_config)
+    config.update(max_new_tokens=4, min_new_tokens=4, do_sample=False, num_beams=1, eos_token_id=None, pad_token_id=0,
+                  return_dict_in_generate=True)
+    first = model.generate(prompt, generation_config=config, attention_mask=torch.ones_like(prompt))
+    try:
+        model.generate(first.sequences, generation_config=config, attention_mask=torch.ones_like(first.sequences),
+                       past_key_values=first.past_key_values)
+        continued = None
+    except RuntimeError as exc:
+        continued = f"{type(exc).__name__}: {exc}"
+    print(f"generate() continued from the cache it returned: {continued or 'runs'}")
     # A decode loop as users write one: prefill, then feed each greedy token with the cache (no position_ids).
     cache = transformers.DynamicCache(config=model.config)
     logits = model(input_ids=prompt, use_cache=True, past_key_values=cache).logits[:, -1]
@@ -107,7 +121,7 @@ def main():
     print(f"decode loop of {STEPS} steps on DynamicCache(config=...): get_seq_length() {int(cache.get_seq_length())} "
           f"(expected {PROMPT + STEPS}), worst |dlogit| against the uncached forward {worst:.3g} (limit {limit:.3g})")
     return int(any(length != PROMPT for length in lengths.values()) or not torch.equal(runs[True], runs[False])
-               or worst > limit)
+               or continued is not None or worst > limit)
 
 
 if __name__ == "__main__":
