@@ -2,9 +2,9 @@
 """AXK2's sparse attention ignores causality under a boolean (SDPA) mask in transformers 5.15-5.16.
 
 Expected (model bug, transformers 5.15.x-5.16.x): AXK2Indexer.forward adds the attention mask to the index scores
-(`index_scores = index_scores + attention_mask`, modeling_axk2.py:283-284 in 5.16.1) and AXK2Attention.forward
+(`index_scores = index_scores + attention_mask`, modeling_axk2.py:282-283 in 5.16.1) and AXK2Attention.forward
 folds the top-k selection into it with `attention_mask.masked_fill(index_mask, torch.finfo(dtype).min)`
-(:646). Both assume an additive float mask; SDPA's masks are boolean (True = attend) wherever one is materialized
+(:649). Both assume an additive float mask; SDPA's masks are boolean (True = attend) wherever one is materialized
 (a cached forward of several tokens, padding, every StaticCache forward). Then the masked keys get +0 instead of
 -inf, so the indexer may select them, and masked_fill writes True (attend) at every key the indexer did NOT select:
 the attention sees every key, future and empty-slot ones included, as soon as there are more keys than index_topk
