@@ -13,9 +13,12 @@ encodes the media once before the expansion and expands the features per image
 in 5.18.0): Kimi-K2.5, MiniMax-M3-VL and the Qwen omni thinkers (one feature entry per image; the thinkers'
 _expand_inputs_for_generation defers to the generic one, modeling_qwen2_5_omni.py:2057-2075 in 5.16.1) pass from 5.18. 5.18 still interleaves the entries
 (``repeat_interleave``), wrong where a prompt's image has several (Cohere2-Vision's tiles, MiniCPM-V 4.6's slices); 5.19
-repeats each prompt's group whole (``inputs.repeat(...)``). HunYuan-VL's get_image_features returns all images' features
-as one entry until 5.20 splits them per image (modeling_hunyuan_vl.py:981-986 in 5.20.2); Inkling is left out of the
-pre-encoding (its input_modalities lacks "image") until 5.21 declares it (modeling_inkling.py:1024, 1211 in 5.21.1).
+repeats each prompt's group whole (``inputs.repeat(...)``; generation/utils.py:1118-1121 in 5.18.0 and 5.19.0).
+Idefics3 and SmolVLM fail on 5.18 only: their pixel_values [prompts, tiles, 3, H, W] are right under the generic
+expansion up to 5.17, but their get_image_features returns one pooler_output entry per tile (modeling_idefics3.py:603-610
+in 5.18.0), which 5.18 interleaves. HunYuan-VL's get_image_features returns all images' features as one entry until
+5.20 splits them per image (modeling_hunyuan_vl.py:981-986 in 5.20.2); Inkling is left out of the pre-encoding
+(its input_modalities lacks "image") until 5.21 declares it (modeling_inkling.py:1024, 1211 in 5.21.1).
 
 Here: two prompts, each with its own image of several tiles or patches, beam search (3 beams, 3 returned) with and
 without the cache. Exit 1 when a type's cached and uncached beams or scores part (the fixed releases agree within 1e-5).
@@ -77,6 +80,13 @@ CONFIGS = {
                          "image_bos_token_id": 253, "audio_bos_token_id": 252,
                          "vision_config": {"text_hidden_size": 64, "patch_size": 20, "temporal_patch_size": 2, "hidden_size": 64,
                                            "n_layers": 2, "num_attention_heads": 4}},
+    # Idefics3 and SmolVLM: pixel_values [prompts, tiles, 3, H, W] (the first axis counts prompts, so the generic expansion
+    # is right up to 5.17); 5.18's pre-encoding returns one feature entry per tile and interleaves them, 5.19 does not
+    "idefics3": {"text_config": {**TEXT, "model_type": "llama"}, "vision_config": VISION, "scale_factor": 2,
+                 "image_token_id": 255, "pad_token_id": 0},
+    # SmolVLM on 64-pixel tiles: 16 tokens per tile, a multiple of the patch size, which 5.20's merger requires
+    "smolvlm": {"text_config": {**TEXT, "model_type": "llama"}, "vision_config": {**VISION, "image_size": 64}, "scale_factor": 2,
+                "image_token_id": 255, "pad_token_id": 0},
     # the Qwen omni thinkers: their _expand_inputs_for_generation defers to the generic one (modeling_qwen2_5_omni.py:2057-2075
     # in 5.16.1); vision_start_token_id as every published thinker_config sets it (151652)
     "qwen2_5_omni_thinker": {"audio_config": THINKER_AUDIO, "vision_config": THINKER_VISION, "text_config": {**TEXT, "rope_parameters": MROPE},
@@ -105,6 +115,10 @@ def media(model_type, seed):
     if model_type.endswith("_thinker"):  # a 4 x 8 grid of patches (2 frames of 8 x 8 pixels), merged 2 x 2 -> 8 tokens
         image = {"pixel_values": torch.randn(32, 3 * 2 * 8 * 8, generator=g), "image_grid_thw": torch.tensor([[1, 4, 8]])}
         return image, 254, 8, [249], []
+    if model_type == "idefics3":  # 3 tiles of 32 x 32 pixels, (32 / 8 / 2) ** 2 = 4 tokens each
+        return {"pixel_values": torch.randn(1, 3, 3, 32, 32, generator=g)}, 255, 12, [], []
+    if model_type == "smolvlm":  # 3 tiles of 64 x 64 pixels, (64 / 8 / 2) ** 2 = 16 tokens each
+        return {"pixel_values": torch.randn(1, 3, 3, 64, 64, generator=g)}, 255, 48, [], []
     if model_type == "minicpmv4_6":  # 3 slices of 4 x 4 patches of 8 x 8 pixels, packed side by side; 16x: 1 token each
         slices = {"pixel_values": torch.randn(1, 3, 8, 3 * 16 * 8, generator=g),
                   "target_sizes": torch.tensor([[4, 4]] * 3, dtype=torch.int32)}

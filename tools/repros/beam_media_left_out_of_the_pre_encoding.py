@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PaddleOCR-VL (transformers 5.18-5.20) and Step3p7 (5.16-5.19): beam search repeats every patch row of the image.
+"""PaddleOCR-VL (5.18-5.20), Step3p7, MuseGlimmer (5.16-5.19), GLM-5-Next (5.18-5.19): beam search repeats each patch row.
 
 Expected (model bug): from 5.18 generate() encodes a prompt's media once before the beam expansion and repeats each
 encoded image whole per beam, but only for a model whose forward takes ``mm_encoder_outputs`` and whose
@@ -27,6 +27,13 @@ prefill having seen a different scramble.
   Step3p7ForConditionalGeneration declare no input_modalities (modeling_step3p7.py:948, :1125 in 5.19.0; the text model's
   ("text",) at :818). 5.20 declares ("image", "text") on both (modeling_step3p7.py:947, :1126 in 5.20.2); a copy of
   5.19.0 with those two lines gives each beam its prompt's image.
+- MuseGlimmer, 5.16.1-5.19.0 (no override of the expansion; pixel_values [patches, 2 * 3 * 8 * 8]), and GLM-5-Next,
+  5.18.0-5.19.0 (5.18 drops its own ``_expand_inputs_for_generation``, which repeated each prompt's patches whole,
+  modeling_glm5_next.py:2307 in 5.17.0): MuseGlimmerModel / MuseGlimmerForConditionalGeneration and Glm5NextModel /
+  Glm5NextForConditionalGeneration declare no input_modalities (only their vision towers' ("image", "video"),
+  modeling_muse_glimmer.py:805, modeling_glm5_next.py:1804 in 5.19.0) until 5.20 declares ("image", "video", "text") on
+  both (modeling_muse_glimmer.py:895, :1066; modeling_glm5_next.py:1884, :2143 in 5.20.2); copies of 5.18.0 and 5.19.0
+  with those two lines give each beam its prompt's image.
 
 The same finding as EXAONE 4.5's on 5.18-5.19 (exaone4_5_beam_expands_image_patches_row_by_row.py).
 Exit 1 when, for some type, beam search's first-step log-probabilities of a prompt with one image are not the model's
@@ -39,7 +46,7 @@ import transformers
 from transformers import AutoConfig, AutoModelForImageTextToText
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
-TRANSFORMERS = ">=5.16,<5.21"  # Step3p7 5.16-5.19, PaddleOCR-VL 5.18-5.20 (tests/test_repros.py skips it elsewhere)
+TRANSFORMERS = ">=5.16,<5.21"  # Step3p7, MuseGlimmer 5.16-5.19, GLM-5-Next 5.18-5.19, PaddleOCR-VL 5.18-5.20 (tests/test_repros.py skips it elsewhere)
 
 IMAGE, VIDEO, START, END = 250, 251, 252, 253  # image ids inside a small vocabulary
 BEAMS = 3
@@ -90,6 +97,53 @@ def step3p7():
     return config, ids, media
 
 
+def muse_glimmer():
+    # MuseGlimmer's layout (Qwen-VL-style flattened patches [patches, 2 * 3 * 8 * 8] with image_grid_thw, merged 2 x 2),
+    # narrower and shallower; the projector reads the tower's width x merge_size ** 2 (out_hidden_size).
+    mrope = {"rope_theta": 10000.0, "rope_type": "default", "mrope_section": [2, 3, 3]}
+    config = AutoConfig.for_model(
+        "muse_glimmer",
+        text_config={**TEXT, "model_type": "muse_glimmer_text", "rope_parameters": mrope, "sliding_window": 4,
+                     "layer_types": ["sliding_attention", "full_attention"], "layer_rope_theta": [10000.0, 0]},
+        vision_config={"model_type": "muse_glimmer_vision", "patch_size": 8, "num_attention_heads": 4, "num_hidden_layers": 2,
+                       "hidden_size": 64, "intermediate_size": 128, "max_position_embeddings": 64,
+                       "layer_types": ["window_attention", "full_attention"]},
+        image_token_id=IMAGE, video_token_id=VIDEO, out_hidden_size=256, projector_hidden_size=64,
+    )
+    # One 32 x 64-pixel image per prompt as MuseGlimmerImageProcessor cuts it: a 4 x 8 grid of patches, 8 placeholders.
+    text = [5, *[IMAGE] * 8, 10, 11]
+    ids = torch.tensor([text, [6, *text[1:-2], 20, 21]])
+    media = {"pixel_values": torch.randn(2 * 32, 2 * 3 * 8 * 8, generator=torch.Generator().manual_seed(0)),
+             "image_grid_thw": torch.tensor([[1, 4, 8], [1, 4, 8]])}
+    return config, ids, media
+
+
+def glm5_next():
+    # GLM-5-Next's layout (Glm4v-style flattened patches with image_grid_thw, merged 2 x 2, between image start and end
+    # ids), its text model narrower and shallower, with the config's default layer schedule for 4 layers (three
+    # linear-attention layers, then the sparse-attention one; dense MLPs, then a MoE one).
+    config = AutoConfig.for_model(
+        "glm5_next",
+        text_config={**TEXT, "model_type": "glm5_next_text", "num_hidden_layers": 4, "num_key_value_heads": 4,
+                     "moe_intermediate_size": 64, "n_shared_experts": 1, "n_routed_experts": 4, "num_experts_per_tok": 2,
+                     "n_group": 2, "topk_group": 1, "kv_lora_rank": 24, "q_lora_rank": 32, "qk_rope_head_dim": 0,
+                     "v_head_dim": 16, "qk_nope_head_dim": 16, "head_dim": 0, "qk_head_dim": 32, "pad_token_id": 0,
+                     "index_topk": 4, "index_head_dim": 32, "index_n_heads": 32, "index_kpool": 2,
+                     "linear_head_dim": 16, "linear_num_heads": 4, "linear_conv_kernel_dim": 4},
+        vision_config={"model_type": "glm5_next_vision", "depth": 2, "hidden_size": 64, "num_heads": 4, "image_size": 32,
+                       "patch_size": 8, "spatial_merge_size": 2, "temporal_patch_size": 2, "out_hidden_size": 64,
+                       "intermediate_size": 128},
+        image_token_id=IMAGE, video_token_id=VIDEO, image_start_token_id=START, image_end_token_id=END,
+        video_start_token_id=248, video_end_token_id=249,
+    )
+    # One 32 x 64-pixel image per prompt as Glm5NextImageProcessor cuts it: a 4 x 8 grid of patches, 8 placeholders.
+    text = [5, START, *[IMAGE] * 8, END, 10, 11]
+    ids = torch.tensor([text, [6, *text[1:-2], 20, 21]])
+    media = {"pixel_values": torch.randn(2 * 32, 3 * 2 * 8 * 8, generator=torch.Generator().manual_seed(0)),
+             "image_grid_thw": torch.tensor([[1, 4, 8], [1, 4, 8]])}
+    return config, ids, media
+
+
 @torch.inference_mode()
 def wrong_image(name, build) -> bool:
     config, ids, media = build()
@@ -112,7 +166,8 @@ def wrong_image(name, build) -> bool:
 def main() -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     bad = []
-    for name, build in {"paddleocr_vl": paddleocr_vl, "step3p7": step3p7}.items():
+    for name, build in {"paddleocr_vl": paddleocr_vl, "step3p7": step3p7, "muse_glimmer": muse_glimmer,
+                        "glm5_next": glm5_next}.items():
         if name not in CONFIG_MAPPING:
             print(f"{name}: not in this release")
         elif wrong_image(name, build):

@@ -7,7 +7,10 @@ and without a cache, create_causal_mask treats position_ids that do not step by 
 (masking_utils.py:840-845, find_packed_sequence_indices): the image tokens share one temporal position, so
 each image token after the first, and the text after the image, starts a new "sequence" that cannot see
 the tokens before it. A forward with use_cache=True, or with an all-ones attention_mask, gets the plain causal mask.
-5.23 passes no text positions to the mask for 3-row (unpacked) positions. Exit 1 while the uncached logits
+5.23 passes no text positions to the mask for 3-row (unpacked) positions. From 5.18 generate() drops an all-ones
+attention_mask before the forward (generation/utils.py:2865-2875 in 5.18.0), so generate(use_cache=False) with the
+prompt's mask meets it too (5.18-5.22): its first step scores are not one forward's, and cached and uncached greedy
+search part at generated token 0 (shown below; 5.16-5.17 pass the mask on, and agree). Exit 1 while the uncached logits
 without a mask differ from the same pass with an all-ones mask.
 """
 import os
@@ -64,6 +67,16 @@ def main():
     print(f"prompt: 2 text tokens, {image_tokens} image tokens, 4 text tokens")
     print("uncached, no mask vs all-ones mask, max |dlogit| per position:", [f"{d:.3g}" for d in per_position.tolist()])
     print(f"cached prefill vs uncached with the mask: max |dlogit| {float((cached - with_mask).abs().max()):.3g}")
+    # The path users run: generate() with the prompt's all-ones mask, with and without the cache.
+    expected = with_mask[:, -1].log_softmax(-1)
+    runs = {use_cache: model.generate(**inputs, attention_mask=torch.ones_like(ids), use_cache=use_cache, max_new_tokens=3,
+                                      do_sample=False, pad_token_id=0, eos_token_id=None, output_scores=True,
+                                      return_dict_in_generate=True)
+            for use_cache in (True, False)}
+    for use_cache, run in runs.items():
+        gap = float((run.scores[0].log_softmax(-1) - expected).abs().max())
+        print(f"generate(use_cache={use_cache}): tokens {run.sequences[:, -3:].tolist()}, first step's log-probs vs one "
+              f"forward with the mask: max |diff| {gap:.3g}")
     return int(float(per_position.max()) > 1e-4)
 
 
