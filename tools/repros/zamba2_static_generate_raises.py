@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""``generate(cache_implementation="static")`` on Zamba2, Zamba and Falcon-H1 raises in transformers 5.5-5.14.
+"""``generate(cache_implementation="static")`` on Zamba2, Zamba and Falcon-H1 raises in transformers 5.5-5.14 (Zaya in 5.13).
 
 5.5-5.13: ``StaticCache(config)`` builds a plain attention layer for each of their ``hybrid`` layers (every layer type
 that is not mamba/conv/linear_attention/moe becomes a ``StaticLayer``, cache_utils.py:1355-1368 in 5.5.4, :1682-1694 in
 5.13.1, while ``DynamicCache`` builds a hybrid layer from 5.5, :1253), and the hybrid layer's Mamba mixer asks that layer
 ``has_previous_state`` (modeling_zamba2.py:668 in 5.8.1, modeling_zamba.py:379 and modeling_falcon_h1.py:498 in 5.13.1),
 which raises ValueError on an attention layer (cache_utils.py:1062 in 5.5.4, :1375 in 5.13.1); ``generate()`` itself
-raises (KeyError on 5.5-5.12 for Zamba2, the same ValueError otherwise). 5.14 builds a hybrid layer
-(``LinearAttentionAndStaticFullAttentionLayer``, cache_utils.py:1183 in 5.14.1) and Falcon-H1 runs, but ``generate()``'s
+raises (KeyError on 5.5-5.12 for Zamba2, the same ValueError otherwise). Zaya (new in 5.13; every layer "hybrid" by
+default, configuration_zaya.py:96 in 5.13.1) meets the same layer: its attention's CCA convolution asks
+``has_previous_state(self.layer_idx)`` (modeling_zaya.py:233 in 5.13.1). 5.14 builds a hybrid layer
+(``LinearAttentionAndStaticFullAttentionLayer``, cache_utils.py:1183 in 5.14.1) and Falcon-H1 and Zaya run, but ``generate()``'s
 static path hands the forward its dict of per-layer-type masks as ``attention_mask``, which ``Zamba2Model.forward`` and
 ``ZambaModel.forward`` pass to ``create_causal_mask`` (modeling_zamba2.py:1203, modeling_zamba.py:758 in 5.14.1), reading
 ``attention_mask.ndim`` (masking_utils.py:830): AttributeError. 5.15 runs both and picks the dynamic cache's tokens (5.4
@@ -32,6 +34,10 @@ CONFIGS = {
     # every layer hybrid (configuration_falcon_h1.py:135 in 5.5.4)
     "falcon_h1": {"num_hidden_layers": 2, "mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_n_groups": 1,
                   "mamba_d_state": 8, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 16},
+    # every layer "hybrid" (configuration_zaya.py:96 in 5.13.1); Zyphra/ZAYA1-8B's shape (head_dim 128, 8 heads over 2
+    # KV heads, one expert per token) shrunk; it exists from 5.13 ("not shown" before)
+    "zaya": {"num_hidden_layers": 2, "head_dim": 16, "num_experts": 4, "num_experts_per_tok": 1,
+             "moe_intermediate_size": 64, "router_hidden_size": 32, "eos_token_id": 1},
 }
 
 
