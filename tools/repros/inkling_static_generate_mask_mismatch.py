@@ -14,6 +14,7 @@ and its tokens equal uncached generate()'s.
 Exit 1 when generate() raises while the mask generate() builds for the sliding layers is wider than the one the model
 builds and the control agrees; 0 when generate() runs; 2 when the control fails (then this script shows nothing).
 """
+import inspect
 import os
 import sys
 import tempfile
@@ -22,7 +23,10 @@ import torch
 import transformers
 from transformers import AutoConfig, masking_utils
 
-TRANSFORMERS = ">=5.23,<5.25"  # inkling2_text is a model type from 5.23 on; 5.25.0 builds the masks right (exits 0)
+# inkling2_text is a model type from 5.23 on; 5.25.0 builds the masks right (exits 0). On 5.23.0 the mask of every layer
+# takes the sliding layer's sizes (static_hybrid_full_layer_counted_as_linear.py), so the sliding layers' generate() mask
+# is not wider there and the control raises on the full layer: this script exits 2 (shows nothing) on 5.23.0.
+TRANSFORMERS = ">=5.24,<5.25"
 
 SEED, BATCH, PROMPT, STEPS, ATTN = 0, 2, 6, 8, "eager"
 ZERO_INIT_STD = 0.15
@@ -59,8 +63,11 @@ def generate(model, prompt, use_cache):
 def sliding_mask_widths(model, prompt):
     """Key length of the prefill mask for the sliding layers: generate()'s precomputed one, and the model's own."""
     cache = transformers.StaticCache(config=model.config, max_cache_len=PROMPT + STEPS - 1)
+    # the cache's keyword: past_key_values up to 5.23, cache from 5.24
+    cache_keyword = "cache" if "cache" in inspect.signature(masking_utils.create_masks_for_generate).parameters \
+        else "past_key_values"
     arguments = {"config": model.config, "inputs_embeds": torch.empty((BATCH, PROMPT, 0)),
-                 "attention_mask": torch.ones_like(prompt), "cache": cache,
+                 "attention_mask": torch.ones_like(prompt), cache_keyword: cache,
                  "position_ids": torch.arange(PROMPT).expand(BATCH, -1)}
     for_generate = masking_utils.create_masks_for_generate(**arguments)["sliding_attention"]
     own = masking_utils.create_sliding_window_causal_mask(**arguments)
