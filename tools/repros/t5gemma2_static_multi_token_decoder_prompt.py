@@ -5,8 +5,9 @@ masks with the cross-attention mask for merged attention, and with a StaticCache
 self-attention mask it concatenates is None (TypeError: expected Tensor as element 0 in argument 0, but got NoneType).
 The dynamic cache, and the static one from a one-token decoder start, run. Exit 1 when the bug reproduces. Needs only torch and transformers (random weights, no download).
 Since 5.18 (found by tools/history.py, whose label XPASSed on 5.0-5.17): 5.13.1-5.17.0 run this call (exit 0), 5.18.0
-raises; 5.0-5.12 raise another error in this script (AttributeError: 'DynamicSlidingWindowLayer' object has no attribute
-'max_batch_size'), not triaged, while the suite's cell passes there.
+raises. Each call starts without the cache an earlier one kept on the model: on 5.0-5.12 the static call after a plain
+one that followed a static one raises AttributeError 'max_batch_size' (another bug,
+t5gemma2_static_generate_after_a_plain_one_reads_max_batch_size.py), which this sequence of calls met before.
 """
 import json
 import sys
@@ -26,6 +27,7 @@ prompt = torch.cat([start, torch.randint(3, 200, (2, 2))], dim=1)
 
 
 def outcome(decoder_input_ids: torch.Tensor, cache_implementation: str | None) -> str:
+    model.__dict__.pop("_cache", None)  # each call on its own: no static cache kept from an earlier call
     try:
         model.generate(input_ids=source, decoder_input_ids=decoder_input_ids, max_new_tokens=4, do_sample=False,
                        cache_implementation=cache_implementation, decoder_start_token_id=2)
