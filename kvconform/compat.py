@@ -94,6 +94,23 @@ def _updates_before_expanding(cls: type) -> bool:
     return expand < 0 or 0 <= update < expand
 
 
+@functools.cache
+def assisted_needs_generate_cache() -> bool:
+    """Whether this release's assisted decoding refuses to run without a cache ``generate()`` prepared: from 5.14
+    ``_assisted_decoding`` raises RuntimeError "Assisted decoding requires a cache" when its model kwargs hold none
+    (generation/utils.py:3644 in 5.14.1, :3982 in 5.24.0), as for a model whose ``_supports_default_dynamic_cache()``
+    is False. Before, it runs on the cache the model's own input preparation builds (LFM2's Lfm2HybridConvCache up to
+    5.4, modeling_lfm2.py:647 in 5.0.0; MiniMax's MiniMaxCache) and rolls the drafts back with that cache's ``crop``
+    (generation/utils.py:3749 in 5.0.0). Read from the method's source; one that cannot be read counts as the newest."""
+    from transformers.generation.utils import GenerationMixin
+
+    try:
+        source = inspect.getsource(GenerationMixin._assisted_decoding)
+    except (OSError, TypeError, AttributeError):
+        return True
+    return 'requires a cache")' in source.lower()
+
+
 def record_past(cache: Any, tokens: int) -> bool:
     """Start recording the past as assisted decoding does where the release has it (``activate_past_recording``,
     5.15+, so conv and recurrent states can be cropped); before it, assisted decoding crops without recording.

@@ -24,7 +24,7 @@ from kvconform.build.geometry import cache_geometry
 from kvconform.build.model_types import model_class
 from kvconform.build.models import Model
 from kvconform.build.quanto_kernel import share_quanto_build
-from kvconform.compat import CACHE_KEYWORDS, feed_cache_position, taken_cache_keyword
+from kvconform.compat import CACHE_KEYWORDS, assisted_needs_generate_cache, feed_cache_position, taken_cache_keyword
 from kvconform.matrix import INT_QUANTIZED, QUANTIZED, ModelSpec, missing_backend
 
 #: A cache length for trial construction (the layers are allocated lazily).
@@ -114,13 +114,22 @@ def cache_support(cls: Any, config: Any, cache: str) -> str | None:
 
 def crop_support(cls: Any) -> str | None:
     """Why ``generate()``'s assisted decoding (which rolls the cache back with ``crop``) refuses ``cls``, or ``None``.
-    Whether the built cache can crop (``is_croppable``) is known only after a prefill (crop.py)."""
+    Whether the built cache can crop (``is_croppable``) is known only after a prefill (crop.py). A model that keeps its
+    own cache is refused only where assisted decoding needs a cache generate() prepared (``assisted_needs_generate_cache``);
+    before, it runs on the model's own cache (LFM2 up to 5.4), whose ``crop`` then decides."""
     if getattr(cls, "_is_stateful", False):
         return f"generate() refuses assisted decoding for {cls.__name__} (_is_stateful: 'assisted generation is not supported with stateful models')"
-    if not cls._supports_default_dynamic_cache():
-        return (f"{cls.__name__} keeps its own cache (_supports_default_dynamic_cache is False), so generate() builds none and "
-                "assisted decoding raises 'Assisted decoding requires a cache'")
+    if not cls._supports_default_dynamic_cache() and assisted_needs_generate_cache():
+        return f"{own_cache(cls)} and assisted decoding raises 'Assisted decoding requires a cache'"
     return None
+
+
+def own_cache(cls: Any) -> str | None:
+    """Why ``generate()`` builds ``cls`` no ``Cache`` (it keeps its own: ``_supports_default_dynamic_cache()`` False), or
+    ``None``; the crop path crops the cache generate() builds, so it does not apply then on any release."""
+    if cls._supports_default_dynamic_cache():
+        return None
+    return f"{cls.__name__} keeps its own cache (_supports_default_dynamic_cache is False), so generate() builds none"
 
 
 #: The paths ``--list-models`` counts, beside the dynamic cache every model runs.
@@ -137,7 +146,7 @@ def spec_paths(spec: ModelSpec) -> dict[str, str | None]:
     config = shrink_config(spec.location, spec.config)
     return {"static": cache_support(cls, config, "static"), "quantized": cache_support(cls, config, "quantized"),
             "sdpa": attention_support(cls, "sdpa"), "eager": None,
-            "flex_attention": attention_support(cls, "flex_attention"), "crop": crop_support(cls)}
+            "flex_attention": attention_support(cls, "flex_attention"), "crop": crop_support(cls) or own_cache(cls)}
 
 
 def state_support(cls: Any) -> str | None:

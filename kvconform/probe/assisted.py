@@ -54,7 +54,12 @@ NOT_CROPPABLE = "Assisted decoding requires a cache that can be cropped"
 #: Up to 5.14 a sliding-window layer that rolled past its window refuses the crop assisted decoding asks for, in these
 #: words (cache_utils.py, ``DynamicSlidingWindowLayer.crop``); from 5.15 on it can be cropped.
 ROLLED_WINDOW = "Cannot `crop` a `DynamicSlidingWindowLayer` after it has seen more tokens than its"
-REFUSALS = (NOT_CROPPABLE, "are not used by the model: ['assistant_model']", GREEDY_OR_SAMPLING_ONLY, ROLLED_WINDOW)
+#: Up to 5.13 assisted decoding runs on the cache MiniMax builds itself (no generate() cache is needed before 5.14:
+#: ``assisted_needs_generate_cache``), whose crop refuses in these words (modeling_minimax.py:110-111 in 5.0.0, :111-112 in
+#: 5.13.1); 5.14 refuses earlier, for want of a cache generate() prepared.
+OWN_CACHE_NOT_CROPPABLE = "MiniMaxCache doesnot support `crop` method"
+REFUSALS = (NOT_CROPPABLE, "are not used by the model: ['assistant_model']", GREEDY_OR_SAMPLING_ONLY, ROLLED_WINDOW,
+            OWN_CACHE_NOT_CROPPABLE)
 DRAFTERS = ASSISTED_DRAFTERS
 #: Cells of another attention run the drafter that crops most: each of its bursts is verified in one multi-token
 #: forward and mostly rolled back (measured cost: docs/cache-paths.md).
@@ -321,12 +326,11 @@ def _assisted(model: Model, plan: Any, drafters: tuple[str, ...], other_attentio
     for drafter in drafters:
         try:
             run = _run(model, plan, drafter, inputs, new, reference, record.greedy_tokens, positioned, stop)
-        except ValueError as exc:
-            if any(refusal in str(exc) for refusal in REFUSALS):  # transformers' own refusal, in its words
+        except Exception as exc:  # noqa: BLE001 - a crash of one drafter fails this check, with its words
+            # transformers' own refusal, in its words (a ValueError; MiniMaxCache.crop's is a RuntimeError)
+            if isinstance(exc, (ValueError, RuntimeError)) and any(refusal in str(exc) for refusal in REFUSALS):
                 record.not_applicable = f"generate() refuses: {exc}"[:500]
                 return record
-            run = AssistedRun(drafter, [], [], error=f"{type(exc).__name__}: {exc}"[:500])
-        except Exception as exc:  # noqa: BLE001 - a crash of one drafter fails this check, with its words
             run = AssistedRun(drafter, [], [], error=f"{type(exc).__name__}: {exc}"[:500])
         record.runs.append(run)
     return record

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from kvconform.build.support import crop_support
+from kvconform.build.support import crop_support, own_cache
 from kvconform.compat import record_past
 from kvconform.probe.cache_api import crop_after_decode, edge_calls
 from kvconform.probe.cache_io import seq_length
@@ -29,7 +29,7 @@ CROP_TOKENS = 3
 
 def _fresh_cache(forwards: Forwards, kind: str, max_len: int) -> Any:
     """The cache ``generate()`` would build for ``kind`` (for dynamic, the one generate() builds for the cell)."""
-    reason = crop_support(type(forwards.model))
+    reason = crop_support(type(forwards.model)) or own_cache(type(forwards.model))
     if reason is not None:
         raise PathNotApplicable(reason)
     cache = forwards.new_cache(kind, max_len)

@@ -16,7 +16,8 @@ _expand_inputs_for_generation defers to the generic one, modeling_qwen2_5_omni.p
 repeats each prompt's group whole (``inputs.repeat(...)``; generation/utils.py:1118-1121 in 5.18.0 and 5.19.0).
 Idefics3 and SmolVLM fail on 5.18 only: their pixel_values [prompts, tiles, 3, H, W] are right under the generic
 expansion up to 5.17, but their get_image_features returns one pooler_output entry per tile (modeling_idefics3.py:603-610
-in 5.18.0), which 5.18 interleaves. HunYuan-VL's get_image_features returns all images' features as one entry until
+in 5.18.0), which 5.18 interleaves; so does MiniCPM-V 4.7 (new in 5.18): MiniCPMV4_7Merger.forward returns one entry per
+packed slice (modeling_minicpmv4_7.py:531-575 in 5.18.0), get_image_features hands them on as pooler_output (:637). HunYuan-VL's get_image_features returns all images' features as one entry until
 5.20 splits them per image (modeling_hunyuan_vl.py:981-986 in 5.20.2); Inkling is left out of the pre-encoding
 (its input_modalities lacks "image") until 5.21 declares it (modeling_inkling.py:1024, 1211 in 5.21.1).
 
@@ -68,6 +69,16 @@ CONFIGS = {
                     "vision_config": {**VISION, "insert_layer_id": 6, "window_kernel_size": [2, 2]}, "insert_layer_id": 6,
                     "image_size": 32, "drop_vision_last_layer": False, "image_token_id": 250, "downsample_mode": "16x",
                     "merge_kernel_size": [2, 2], "merger_times": 1, "patch_size": 8},
+    # MiniCPM-V 4.7 (new in 5.18): 4.6's packed slices; 5.18's pre-encoding returns one feature entry per slice and
+    # interleaves them, 5.19 does not
+    "minicpmv4_7": {"text_config": {**TEXT, "model_type": "qwen3_5_text", "linear_conv_kernel_dim": 4, "linear_key_head_dim": 16,
+                                    "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                                    "layer_types": ["linear_attention", "full_attention"],
+                                    "rope_parameters": {"rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                                        "rope_type": "default", "mrope_section": [1, 1, 0]}},
+                    "vision_config": {**VISION, "insert_layer_id": 6, "window_kernel_size": [2, 2]}, "insert_layer_id": 6,
+                    "image_size": 32, "image_token_id": 250, "downsample_mode": "16x", "merge_kernel_size": [2, 2],
+                    "merger_times": 1},
     "hunyuan_vl": {"text_config": {**TEXT, "rope_parameters": MROPE},
                    "vision_config": {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
                                      "num_key_value_heads": 2, "num_hidden_layers": 2, "out_hidden_size": 64, "patch_size": 8,
@@ -119,7 +130,7 @@ def media(model_type, seed):
         return {"pixel_values": torch.randn(1, 3, 3, 32, 32, generator=g)}, 255, 12, [], []
     if model_type == "smolvlm":  # 3 tiles of 64 x 64 pixels, (64 / 8 / 2) ** 2 = 16 tokens each
         return {"pixel_values": torch.randn(1, 3, 3, 64, 64, generator=g)}, 255, 48, [], []
-    if model_type == "minicpmv4_6":  # 3 slices of 4 x 4 patches of 8 x 8 pixels, packed side by side; 16x: 1 token each
+    if model_type in ("minicpmv4_6", "minicpmv4_7"):  # 3 slices of 4 x 4 patches of 8 x 8 pixels, packed side by side; 16x: 1 token each
         slices = {"pixel_values": torch.randn(1, 3, 8, 3 * 16 * 8, generator=g),
                   "target_sizes": torch.tensor([[4, 4]] * 3, dtype=torch.int32)}
         return slices, 250, 3, [], []
@@ -146,8 +157,8 @@ for model_type, values in CONFIGS.items():
             image["mm_token_type_ids"] = torch.tensor([[int(t == token) for t in rows[-1]]], dtype=torch.int32)
         images.append(image)
     prompt = torch.tensor(rows)
-    # MiniCPM-V 4.6 packs every slice of the batch into one row of pixel_values
-    packed = model_type == "minicpmv4_6"
+    # MiniCPM-V 4.6 and 4.7 pack every slice of the batch into one row of pixel_values
+    packed = model_type in ("minicpmv4_6", "minicpmv4_7")
     batch = {key: torch.cat([image[key] for image in images], dim=-1 if packed and key == "pixel_values" else 0)
              for key in images[0]}
     settings = {"max_new_tokens": 6, "min_new_tokens": 6, "do_sample": False, "num_beams": 3, "num_return_sequences": 3,

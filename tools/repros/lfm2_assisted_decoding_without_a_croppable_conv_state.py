@@ -3,10 +3,11 @@
 verification forward nor roll back the rejected drafts: generate(assistant_model=...) returns other tokens than greedy.
 
 Expected (model bug, transformers 5.0.0-5.12.1; kvconform labels assisted of lfm2 and lfm2_moe, float32 dynamic cells,
-on 5.5-5.12, where they run; before 5.5 generate() builds LFM2 no Cache and LFM2's own Lfm2HybridConvCache.crop cuts
-the attention keys only, modeling_lfm2.py:286-297 in 5.4.0: the same wrong tokens):
-- From 5.5 generate() builds LFM2 a DynamicCache whose conv layers are LinearAttentionLayers (before, LFM2 kept its
-  own Lfm2HybridConvCache and assisted decoding raised "requires a cache"), and LFM2 is not declared stateful, so
+on 5.0-5.12, where they run; before 5.5 generate() builds LFM2 no Cache, its input preparation builds LFM2's own
+Lfm2HybridConvCache (modeling_lfm2.py:647 in 5.0.0), which assisted decoding takes (it asks for a cache generate()
+prepared only from 5.14) and crops (generation/utils.py:3749 in 5.0.0, :3603 in 5.4.0), and whose crop cuts the
+attention keys only (modeling_lfm2.py:266-277 in 5.0.0, :286-297 in 5.4.0): the same wrong tokens):
+- From 5.5 generate() builds LFM2 a DynamicCache whose conv layers are LinearAttentionLayers, and LFM2 is not declared stateful, so
   generate(assistant_model=...) runs the assisted loop instead of refusing (the `_is_stateful` refusal,
   generation/utils.py:1473 in 5.5.4, :1520 in 5.12.1).
 - The loop verifies the drafts in one forward of 1 token + the drafts on the filled cache, which Lfm2ShortConv runs
@@ -31,7 +32,7 @@ import sys
 import torch
 import transformers
 
-TRANSFORMERS = "<5.13"  # the releases this bug is in (tests/test_repros.py skips it elsewhere); kvconform runs the cells from 5.5
+TRANSFORMERS = "<5.13"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
 COMMON = {"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
           "num_key_value_heads": 2, "max_position_embeddings": 64, "conv_L_cache": 3, "initializer_range": 0.15,
           "pad_token_id": 0, "layer_types": ["conv", "conv", "full_attention", "conv"], "num_hidden_layers": 4}
