@@ -111,6 +111,60 @@ def assisted_needs_generate_cache() -> bool:
     return 'requires a cache")' in source.lower()
 
 
+def crop_counts_removed_tokens(cache: Any) -> bool:
+    """Whether ``cache.crop(n)`` takes the tokens to remove (5.15+: ``crop(tokens_to_remove)``, 0 a no-op,
+    cache_utils.py:165-184 in 5.15.1) or, before, the length to keep (``crop(max_length)``: ``crop(0)`` empties the
+    cache, cache_utils.py:140-148 in 5.0.0; ``EncoderDecoderCache.crop(maximum_length)``). A negative ``n`` removes
+    ``-n`` tokens under both. Read from the method's first parameter."""
+    try:
+        first = next(iter(inspect.signature(cache.crop).parameters))
+    except (AttributeError, TypeError, ValueError, StopIteration):
+        return True
+    return "length" not in first
+
+
+@functools.cache
+def assisted_crops_by_count() -> bool:
+    """Whether this release's assisted decoding rolls the model's cache back with ``crop(-tokens)`` (5.14+,
+    generation/utils.py:3816 in 5.14.1) or with the length to keep (``crop(new_cur_len - 1)``, :3749 in 5.0.0, :3752 in
+    5.13.1). Read from the method's source; one that cannot be read counts as the newest."""
+    from transformers.generation.utils import GenerationMixin
+
+    try:
+        source = inspect.getsource(GenerationMixin._assisted_decoding)
+    except (OSError, TypeError, AttributeError):
+        return True
+    return ".crop(new_cur_len" not in source
+
+
+def crop_off(cache: Any, tokens: int) -> str:
+    """Remove the last ``tokens`` tokens of ``cache`` with the call this release's assisted decoding makes, and name
+    it: ``crop(-tokens)`` from 5.14, ``crop(length - tokens)`` before (``assisted_crops_by_count``), under which a
+    layer that holds no more than that returns early, as an encoder-decoder's unwritten layer does."""
+    if assisted_crops_by_count():
+        cache.crop(-tokens)
+        return f"crop(-{tokens})"
+    keep = int(cache.get_seq_length()) - tokens
+    cache.crop(keep)
+    return f"crop({keep})"
+
+
+def not_croppable_layers(cache: Any) -> list[str] | None:
+    """The layer classes transformers would not crop in ``cache``, or None where it crops the whole cache. From 5.17 a
+    cache says so itself (``is_croppable``, cache_utils.py:1680-1682 in 5.17.0: every layer's; a static layer's False,
+    :31). Before, assisted decoding calls ``crop`` on any cache (generation/utils.py:3749 in 5.0.0), and a layer
+    without the method (``StaticLayer`` up to 5.16) cannot take it; a sliding layer past its window refuses it itself
+    (ValueError, cache_utils.py:244-248 in 5.0.0)."""
+    layers = getattr(cache, "layers", [])
+    flag = getattr(cache, "is_croppable", None)
+    if flag is not None:
+        return None if flag else sorted({type(layer).__name__ for layer in layers if not getattr(layer, "is_croppable", False)})
+    if not callable(getattr(cache, "crop", None)):
+        return [type(cache).__name__]
+    missing = sorted({type(layer).__name__ for layer in layers if not callable(getattr(layer, "crop", None))})
+    return missing or None
+
+
 def record_past(cache: Any, tokens: int) -> bool:
     """Start recording the past as assisted decoding does where the release has it (``activate_past_recording``,
     5.15+, so conv and recurrent states can be cropped); before it, assisted decoding crops without recording.

@@ -220,12 +220,16 @@ def crop(model, keyword, full, fresh):
                                                       for p in parameters) else {{}})
         start(**keep)
     cache, _ = forward(model, keyword, cache, input_ids=full[:, : PROMPT + 3])
-    cache.crop(-3)
-    print(f"get_seq_length() after crop(-3): {{int(cache.get_seq_length())}} (expected {{PROMPT}})")
+    if ".crop(new_cur_len" in inspect.getsource(transformers.GenerationMixin._assisted_decoding):  # before 5.14
+        cache.crop(int(cache.get_seq_length()) - 3)
+    else:
+        cache.crop(-3)
+    print(f"get_seq_length() after cropping 3 tokens: {{int(cache.get_seq_length())}} (expected {{PROMPT}})")
     logits = []
     for position in range(PROMPT, full.shape[1]):
         cache, output = forward(model, keyword, cache, input_ids=full[:, position : position + 1])
-        cache.crop(0)  # as assisted decoding does after every forward
+        if start is not None:  # as assisted decoding does after every forward (before 5.15 crop(0) empties a cache)
+            cache.crop(0)
         logits.append(output.logits[:, -1])
     reference = model(input_ids=full, use_cache=False).logits[:, PROMPT:].float()
     return verdict([float((step.float() - reference[:, k]).abs().max()) for k, step in enumerate(logits)], float(reference.abs().max()))

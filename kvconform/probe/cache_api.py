@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from kvconform.compat import crop_counts_removed_tokens, crop_off, not_croppable_layers
 from kvconform.probe.cache_io import cache_layers, cross_layers, seq_length
 from kvconform.probe.forwards import Forwards
 
@@ -122,13 +123,17 @@ def edge_calls(forwards: Forwards, prefilled: Any, token: torch.Tensor, expected
     record = ApiRecord()
     cache = copy.deepcopy(prefilled)
     length = seq_length(cache)
-    before = layer_tensors(cache)
-    cache.crop(0)
-    if seq_length(cache) != length:
-        record.problems.append(f"crop(0) changed get_seq_length() from {length} to {seq_length(cache)}")
-    suffix = _suffix_problem(before, cache)
-    if suffix:
-        record.problems.append(f"crop(0) removed stored K/V: {suffix}")
+    if crop_counts_removed_tokens(cache):
+        before = layer_tensors(cache)
+        cache.crop(0)
+        if seq_length(cache) != length:
+            record.problems.append(f"crop(0) changed get_seq_length() from {length} to {seq_length(cache)}")
+        suffix = _suffix_problem(before, cache)
+        if suffix:
+            record.problems.append(f"crop(0) removed stored K/V: {suffix}")
+    else:
+        record.notes.append("crop(0) not tried: this release's crop takes the length to keep (crop(max_length)), "
+                            "so crop(0) empties the cache as documented")
     if length is not None:
         before = layer_tensors(cache)
         call = f"crop({length + BEYOND}) ({BEYOND} more than the {length} stored)"
@@ -161,11 +166,11 @@ def crop_after_decode(forwards: Forwards, decoded: Any, tokens: int, token: torc
     cache = copy.deepcopy(decoded)
     length = seq_length(cache)
     call = f"crop(-{tokens}) of the decoded cache (no past recorded)"
-    if not getattr(cache, "is_croppable", False):  # e.g. a static sliding layer past its window: documented as such
-        record.notes.append(f"{call} not tried: transformers marks the decoded {type(cache).__name__} as not croppable")
+    if not_croppable_layers(cache) is not None:  # e.g. a static sliding layer past its window: documented as such
+        record.notes.append(f"{call} not tried: transformers does not crop the decoded {type(cache).__name__}")
         return
     try:
-        cache.crop(-tokens)
+        call = f"{crop_off(cache, tokens)} of the decoded cache (no past recorded)"
     except REFUSALS as exc:
         record.notes.append(_refused(call, exc))
         return

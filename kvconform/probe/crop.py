@@ -1,10 +1,10 @@
 """The rollback assisted decoding relies on: prefill, ``crop`` the cache back k tokens, continue.
 
-Assisted (speculative) decoding in transformers 5.24 rolls rejected draft tokens back with
-``cache.crop(-k)``. Here the cell's cache is prefilled with the prompt plus k of the probe's decoded
+Assisted (speculative) decoding rolls rejected draft tokens back with ``cache.crop(-k)`` (5.15+; before,
+``crop(length - k)``: ``compat.crop_off`` makes the release's call). Here the cell's cache is prefilled with the prompt plus k of the probe's decoded
 tokens, cropped back k tokens, and the same tokens are decoded again one by one: every step must
 match the uncached reference, and ``get_seq_length()`` must be P after the crop and grow by one.
-Caches that transformers marks as not croppable (``is_croppable``) are reported as such.
+Caches that transformers does not crop (``is_croppable``, or before 5.17 no ``crop``) are reported as such.
 
 The same prefilled cache (a copy) also takes the cache API's edge calls, and a copy of the main decode's cache
 (sliding layers rolled, no past recorded) a ``crop`` after the decode (``cache_api.py``).
@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from kvconform.build.support import crop_support, own_cache
-from kvconform.compat import record_past
+from kvconform.compat import crop_off, not_croppable_layers, record_past
 from kvconform.probe.cache_api import crop_after_decode, edge_calls
 from kvconform.probe.cache_io import seq_length
 from kvconform.probe.forwards import Forwards
@@ -56,11 +56,11 @@ def run_crop(forwards: Forwards, plan: Any, reference: torch.Tensor, sequence: t
     prompt_length, total = plan.prompt_length, sequence.shape[1]
     k = min(CROP_TOKENS, total - prompt_length)
     cache = _fresh_cache(forwards, plan.cache, total)
-    record_past(cache, k)  # as assisted decoding does (5.15+), so conv and recurrent states can be rolled back too
+    recording = record_past(cache, k)  # as assisted decoding does (5.15+), so conv and recurrent states roll back too
     cache, _ = forwards.cached(sequence[:, : prompt_length + k], cache, keep=1)
-    if not getattr(cache, "is_croppable", False):
-        layers = sorted({type(layer).__name__ for layer in getattr(cache, "layers", []) if not getattr(layer, "is_croppable", False)})
-        raise PathNotApplicable(f"transformers marks this {type(cache).__name__} as not croppable (is_croppable False; layers {layers})")
+    refused = not_croppable_layers(cache)
+    if refused is not None:
+        raise PathNotApplicable(f"transformers does not crop this {type(cache).__name__} (not croppable: {refused})")
     _refused_by_halves(cache)
     api = None
     if prompt_length + k < total:  # the edge calls on a copy, then the token after the prefill decoded on it
@@ -68,17 +68,21 @@ def run_crop(forwards: Forwards, plan: Any, reference: torch.Tensor, sequence: t
                          identity=plan.cache == "dynamic")
         if decoded is not None:
             crop_after_decode(forwards, decoded, k, sequence[:, total - k : total - k + 1], reference[:, -k, :], api)
-    cache.crop(-k)
+    try:
+        call = crop_off(cache, k)
+    except ValueError as exc:  # before 5.17 a sliding layer past its window refuses here (not_croppable_layers)
+        raise PathNotApplicable(f"transformers refuses the crop of {k} tokens: {' '.join(str(exc).split())[:300]}") from exc
     lengths = [seq_length(cache)]
     deltas = []
     for position in range(prompt_length, total):
         cache, output = forwards.extend(sequence[:, position : position + 1], cache)
-        cache.crop(0)  # assisted decoding crops after every forward: recording layers return to their working size
+        if recording:  # assisted decoding crops after every forward: recording layers return to their working size
+            cache.crop(0)
         lengths.append(seq_length(cache))
         deltas.append(row_delta(output.logits[:, -1, :], reference[:, position - prompt_length + 1, :]))
     expected = reference[:, 1:, :]
     scale = float(torch.nan_to_num(expected.float()).abs().max())
-    description = f"a {prompt_length + k}-token prefill cropped back {k} tokens (crop(-{k})), then decoded again"
+    description = f"a {prompt_length + k}-token prefill cropped back {k} tokens ({call}), then decoded again"
     record = summarize("crop", deltas, scale, description, lengths, prompt_length, cache)
     record.api = api
     return record

@@ -3,8 +3,8 @@
 
 A text-only Mllama prompt never writes the cross-attention layers' cache, and DynamicLayer.crop slices
 self.keys, which is still None (cache_utils.py:179 in 5.20): TypeError. Assisted decoding rolls the cache
-back with exactly this call (generation/utils.py:486). 5.22 returns early when the layer is not
-initialized. Exit 1 while crop(-3) after a prefill raises.
+back with exactly this call from 5.14 (generation/utils.py:3816 in 5.14.1; before, with crop(length to keep),
+under which the layer returns early). 5.22 returns early when the layer is not initialized. Exit 1 while crop(-3) after a prefill raises.
 """
 import os
 import sys
@@ -14,7 +14,7 @@ import torch
 import transformers
 from transformers import AutoConfig
 
-TRANSFORMERS = "<5.22"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
+TRANSFORMERS = ">=5.14,<5.22"  # the releases this bug is in (tests/test_repros.py skips it elsewhere)
 
 DTYPE, SEED, BATCH, PROMPT, STEPS, CACHE, ATTN = 'float32', 0, 2, 6, 8, 'dynamic', 'sdpa'
 CONFIG_JSON = '{\n  "image_token_index": 255,\n  "model_type": "mllama",\n  "text_config": {\n    "bos_token_id": 255,\n    "cross_attention_layers": [\n      1\n    ],\n    "dropout": 0.0,\n    "eos_token_id": 254,\n    "hidden_act": "silu",\n    "hidden_size": 64,\n    "initializer_range": 0.15,\n    "intermediate_size": 128,\n    "max_position_embeddings": 64,\n    "model_type": "mllama_text_model",\n    "num_attention_heads": 4,\n    "num_hidden_layers": 2,\n    "num_key_value_heads": 2,\n    "pad_token_id": 253,\n    "rms_norm_eps": 1e-05,\n    "rope_parameters": {\n      "rope_theta": 500000.0,\n      "rope_type": "default"\n    },\n    "tie_word_embeddings": false,\n    "use_cache": true,\n    "vocab_size": 256\n  },\n  "transformers_version": "5.20.0",\n  "vision_config": {\n    "attention_heads": 16,\n    "hidden_act": "gelu",\n    "hidden_size": 64,\n    "image_size": 448,\n    "initializer_range": 0.15,\n    "intermediate_layers_indices": [\n      1\n    ],\n    "intermediate_size": 128,\n    "max_num_tiles": 4,\n    "model_type": "mllama_vision_model",\n    "norm_eps": 1e-05,\n    "num_channels": 3,\n    "num_global_layers": 8,\n    "num_hidden_layers": 2,\n    "patch_size": 14,\n    "supported_aspect_ratios": [\n      [\n        1,\n        1\n      ],\n      [\n        1,\n        2\n      ],\n      [\n        1,\n        3\n      ],\n      [\n        1,\n        4\n      ],\n      [\n        2,\n        1\n      ],\n      [\n        2,\n        2\n      ],\n      [\n        3,\n        1\n      ],\n      [\n        4,\n        1\n      ]\n    ],\n    "vision_output_dim": 7680\n  }\n}\n'
