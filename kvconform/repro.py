@@ -127,7 +127,15 @@ def main():
 
 def ragged(model, keyword, prompt, cache):
     """Rows of lengths PROMPT, PROMPT-1, ... left-padded with id 0 and masked, decoded together; each row is
-    compared with one uncached pass over its own unpadded tokens."""
+    compared with one uncached pass over its own unpadded tokens. A zero pad-embedding row gets seeded noise first, as
+    kvconform's ragged path gives it (a random build's is zero, which hides pads that leak)."""
+    generator = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for module in model.modules():
+            row = module.padding_idx if isinstance(module, torch.nn.Embedding) else None
+            if row is not None and module.weight.shape[0] > 1 and not module.weight[row].any():
+                noise = torch.randn(module.weight.shape[1:], generator=generator) * float(module.weight.float().std())
+                module.weight[row] = noise.to(module.weight.dtype).to(module.weight.device)
     width = prompt.shape[1]
     lengths = [max(2, width - row) for row in range(BATCH)]
     mask = torch.zeros_like(prompt)

@@ -359,6 +359,31 @@ ZERO_INIT_STD = SIZES["initializer_range"]
 
 
 @contextmanager
+def padding_rows_drawn(model: Any, seed: int) -> Iterator[int]:
+    """For the duration, every all-zero ``padding_idx`` embedding row holds seeded noise of its embedding's own scale;
+    then the zero rows come back. Yields how many rows were drawn. A random build's pad row is zero (``_init_weights``),
+    and with its zero biases a padded position is then exactly zero in every layer, so a model that lets left padding
+    leak into the real tokens (RecurrentGemma's temporal convolution, ``recurrent_gemma_left_padding_leaks_through_conv1d.py``)
+    shows nothing; a model that honours its mask ignores whatever sits under it."""
+    generator = torch.Generator().manual_seed(seed)
+    drawn = []
+    with torch.no_grad():
+        for module in model.modules():
+            row = module.padding_idx if isinstance(module, torch.nn.Embedding) else None
+            weight = module.weight if row is not None else None
+            if weight is not None and weight.is_floating_point() and weight.shape[0] > 1 and not weight[row].any():
+                noise = torch.randn(weight.shape[1:], generator=generator) * float(weight.float().std())
+                weight[row] = noise.to(weight.dtype).to(weight.device)
+                drawn.append((weight, row))
+    try:
+        yield len(drawn)
+    finally:
+        with torch.no_grad():
+            for weight, row in drawn:
+                weight[row] = 0
+
+
+@contextmanager
 def uninitialized_as_zeros() -> Iterator[None]:
     """Build a model with ``torch.empty`` returning zeros, so a parameter no ``_init_weights`` reaches is all zero (and
     ``break_zero_init`` gives it seeded noise) instead of whatever memory it was given: Qwen3-Omni-MoE's talker experts

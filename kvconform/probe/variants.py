@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
+from kvconform.build.synthetic import padding_rows_drawn
 from kvconform.compat import all_linear, generation_positions, mask_builder_inputs
 from kvconform.probe.cache_api import ApiRecord
 from kvconform.probe.cache_io import (
@@ -138,7 +139,12 @@ def _mask_as_generate_feeds(model: Model, cache: Any, ids: torch.Tensor, attenti
 @torch.inference_mode()
 def run_ragged(model: Model, plan: Any, keyword: str, feed: list[list[int]] | None = None) -> PathRecord:
     """Left-padded prompts of lengths P, P-1, … (at least 2) decoded together with a mask; greedy, or fed the
-    tokens ``feed`` (a rerun's)."""
+    tokens ``feed`` (a rerun's). Zero pad-embedding rows hold noise meanwhile (``padding_rows_drawn``)."""
+    with padding_rows_drawn(model, plan.seed):
+        return _ragged(model, plan, keyword, feed)
+
+
+def _ragged(model: Model, plan: Any, keyword: str, feed: list[list[int]] | None) -> PathRecord:
     device = input_device(model)
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
     batch, width = prompt.shape
