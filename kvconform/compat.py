@@ -137,6 +137,17 @@ def assisted_crops_by_count() -> bool:
     return ".crop(new_cur_len" not in source
 
 
+def crops_after_every_forward(cache: Any) -> bool:
+    """Whether this release's assisted decoding calls ``crop`` after every verification forward, rejected tokens or
+    not, so that recording layers return to their working size: 5.15+ (``crop(-number_of_tokens_to_crop)``
+    unconditionally, generation/utils.py:3803 in 5.15.1), where ``crop(0)`` removes no token (``crop(tokens_to_remove)``,
+    ``crop_counts_removed_tokens``). 5.14 records the past too but crops only when a draft token was rejected
+    (``if number_of_tokens_to_crop > 0``, generation/utils.py:3815-3816 in 5.14.1), and its ``crop`` still takes the
+    length to keep, under which ``DynamicIndexedLayer`` empties its indexer keys at ``crop(0)``
+    (cache_utils.py:329-331 in 5.14.1): a call users' assisted decoding never makes there."""
+    return crop_counts_removed_tokens(cache)
+
+
 def crop_off(cache: Any, tokens: int) -> str:
     """Remove the last ``tokens`` tokens of ``cache`` with the call this release's assisted decoding makes, and name
     it: ``crop(-tokens)`` from 5.14, ``crop(length - tokens)`` before (``assisted_crops_by_count``), under which a
@@ -167,7 +178,7 @@ def not_croppable_layers(cache: Any) -> list[str] | None:
 
 def record_past(cache: Any, tokens: int) -> bool:
     """Start recording the past as assisted decoding does where the release has it (``activate_past_recording``,
-    5.15+, so conv and recurrent states can be cropped); before it, assisted decoding crops without recording.
+    5.14+, so conv and recurrent states can be cropped); before it, assisted decoding crops without recording.
     From 5.25 linear-attention layers keep the recurrent states of the last ``recurrent_states_to_keep`` tokens, which
     assisted decoding sets to the most it may crop (the drafts per burst, generation/utils.py:4002 in 5.25.0): here
     ``tokens``. Returns whether recording started."""

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from kvconform.build.support import crop_support, own_cache
-from kvconform.compat import crop_off, not_croppable_layers, record_past
+from kvconform.compat import crop_off, crops_after_every_forward, not_croppable_layers, record_past
 from kvconform.probe.cache_api import crop_after_decode, edge_calls
 from kvconform.probe.cache_io import seq_length
 from kvconform.probe.forwards import Forwards
@@ -56,7 +56,7 @@ def run_crop(forwards: Forwards, plan: Any, reference: torch.Tensor, sequence: t
     prompt_length, total = plan.prompt_length, sequence.shape[1]
     k = min(CROP_TOKENS, total - prompt_length)
     cache = _fresh_cache(forwards, plan.cache, total)
-    recording = record_past(cache, k)  # as assisted decoding does (5.15+), so conv and recurrent states roll back too
+    recording = record_past(cache, k)  # as assisted decoding does (5.14+), so conv and recurrent states roll back too
     cache, _ = forwards.cached(sequence[:, : prompt_length + k], cache, keep=1)
     refused = not_croppable_layers(cache)
     if refused is not None:
@@ -74,9 +74,10 @@ def run_crop(forwards: Forwards, plan: Any, reference: torch.Tensor, sequence: t
         raise PathNotApplicable(f"transformers refuses the crop of {k} tokens: {' '.join(str(exc).split())[:300]}") from exc
     lengths = [seq_length(cache)]
     deltas = []
+    every_forward = recording and crops_after_every_forward(cache)
     for position in range(prompt_length, total):
         cache, output = forwards.extend(sequence[:, position : position + 1], cache)
-        if recording:  # assisted decoding crops after every forward: recording layers return to their working size
+        if every_forward:  # 5.15+'s assisted decoding crops after every forward: recording layers return to their size
             cache.crop(0)
         lengths.append(seq_length(cache))
         deltas.append(row_delta(output.logits[:, -1, :], reference[:, position - prompt_length + 1, :]))

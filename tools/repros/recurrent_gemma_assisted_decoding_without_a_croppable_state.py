@@ -19,9 +19,13 @@ reads the conv_kernel_size of a layer never written (None; cache_utils.py:1200, 
 Were both to pass, crop would still leave the module states as they are. 5.4-5.12 (the first releases whose forward
 takes a cache) did not declare _is_stateful yet (5.13 adds it, modeling_recurrent_gemma.py:560 in 5.13.1), so there too
 generate(assistant_model=...) runs and reads outputs.past_key_values to crop it (generation/utils.py:3686 in 5.12.1):
-AttributeError; their caches have no is_croppable. Exit 1 when generate(assistant_model=...)
-does anything but refuse or return greedy generate()'s tokens, or when a prefilled cache says is_croppable and
-crop(-1) then raises or leaves decoding off the uncached forward.
+AttributeError. Their caches have no is_croppable (5.17), and assisted decoding crops whatever cache it runs with,
+with crop(length - k) (generation/utils.py:3686 in 5.12.1): DynamicSlidingWindowLayer.crop, after DynamicLayer.crop
+returns early, sets cumulative_length = self.keys.shape[-2] (cache_utils.py:244 in 5.4.0, :274 in 5.8.1, :284 in
+5.12.1), and the layers of RecurrentGemma's recurrent blocks are never written (keys None): AttributeError.
+Exit 1 when generate(assistant_model=...) does anything but refuse or return greedy generate()'s tokens, or when a
+prefilled cache assisted decoding would crop (is_croppable, or where that does not exist yet and generate() does not
+refuse, any cache) raises on the release's crop of one token or then leaves decoding off the uncached forward.
 """
 import copy
 import inspect
@@ -86,11 +90,12 @@ def main():
     config.update(max_new_tokens=STEPS, min_new_tokens=STEPS, do_sample=False, num_beams=1, eos_token_id=None, pad_token_id=0)
     mask = torch.ones_like(prompt)
     greedy = model.generate(prompt, generation_config=config, attention_mask=mask)[:, PROMPT:]
-    bug = False
+    bug = refused = False
     try:
         assisted = model.generate(prompt, generation_config=config, attention_mask=mask, assistant_model=assistant)[:, PROMPT:]
     except ValueError as exc:  # generate()'s own refusal (5.24: stateful models)
         print(f"generate(assistant_model=...) refuses: {_said(exc)}")
+        refused = True
     except Exception as exc:  # any other exception is the finding
         print(f"generate(assistant_model=...) raised {_said(exc)}")
         bug = True
@@ -106,21 +111,24 @@ def main():
                           for p in inspect.signature(record).parameters.values())
         record(**({"recurrent_states_to_keep": 1} if takes_count else {}))
     model(input_ids=prompt, use_cache=True, past_key_values=cache)
-    croppable = bool(getattr(cache, "is_croppable", False))  # 5.4-5.12 caches say nothing about it
+    flag = getattr(cache, "is_croppable", None)  # 5.17+; before, assisted decoding crops any cache it runs with
+    croppable = bool(flag) if flag is not None else not refused
     print(f"after a {PROMPT}-token prefill the cache ({[type(layer).__name__ for layer in cache.layers]}) says "
-          f"is_croppable {croppable}")
+          f"is_croppable {flag}; assisted decoding {'would' if croppable else 'would not'} crop it")
     if croppable:
+        by_count = "tokens_to_remove" in inspect.signature(cache.crop).parameters  # 5.15+: crop(-k); before crop(length - k)
+        call = -1 if by_count or flag is not None else cache.get_seq_length() - 1
         try:
-            cache.crop(-1)
+            cache.crop(call)
             logits = model(input_ids=prompt[:, -1:], use_cache=True, past_key_values=cache,
                            position_ids=torch.tensor([[PROMPT - 1]])).logits[:, -1]
         except Exception as exc:  # a croppable cache whose crop raises is the finding
-            print(f"crop(-1) then re-feeding the cropped token raised {_said(exc)}")
+            print(f"crop({call}) then re-feeding the cropped token raised {_said(exc)}")
             bug = True
         else:
             reference = model(input_ids=prompt).logits[:, -1]
             delta, limit = float((logits - reference).abs().max()), ATOL + RTOL * float(reference.abs().max())
-            print(f"crop(-1) then the cropped token again: |dlogit| {delta:.3g} against the uncached forward (limit {limit:.3g})")
+            print(f"crop({call}) then the cropped token again: |dlogit| {delta:.3g} against the uncached forward (limit {limit:.3g})")
             bug |= delta > limit
     return int(bug)
 
