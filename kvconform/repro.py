@@ -222,12 +222,13 @@ def crop(model, keyword, full, fresh):
     """Prefill PROMPT+3 tokens recording the past (as assisted decoding does), crop(-3), decode the same tokens again."""
     cache = fresh() or transformers.DynamicCache(config=model.config.get_text_config(decoder=True))
     start = getattr(cache, "activate_past_recording", None)
-    if start is not None:  # transformers 5.15+: assisted decoding records the past (5.25+: the last 3 recurrent states)
+    if start is not None:  # transformers 5.14+: assisted decoding records the past (5.25+: the last 3 recurrent states)
         parameters = inspect.signature(start).parameters.values()
         keep = ({{"recurrent_states_to_keep": 3}} if any(p.name == "recurrent_states_to_keep" or p.kind is p.VAR_KEYWORD
                                                       for p in parameters) else {{}})
         start(**keep)
     cache, _ = forward(model, keyword, cache, input_ids=full[:, : PROMPT + 3])
+    every_forward = start is not None and "length" not in next(iter(inspect.signature(cache.crop).parameters))
     if ".crop(new_cur_len" in inspect.getsource(transformers.GenerationMixin._assisted_decoding):  # before 5.14
         cache.crop(int(cache.get_seq_length()) - 3)
     else:
@@ -236,7 +237,7 @@ def crop(model, keyword, full, fresh):
     logits = []
     for position in range(PROMPT, full.shape[1]):
         cache, output = forward(model, keyword, cache, input_ids=full[:, position : position + 1])
-        if start is not None:  # as assisted decoding does after every forward (before 5.15 crop(0) empties a cache)
+        if every_forward:  # as 5.15+'s assisted decoding does after every forward (crop(0) empties a cache before)
             cache.crop(0)
         logits.append(output.logits[:, -1])
     reference = model(input_ids=full, use_cache=False).logits[:, PROMPT:].float()
