@@ -137,6 +137,22 @@ def assisted_crops_by_count() -> bool:
     return ".crop(new_cur_len" not in source
 
 
+@functools.cache
+def assisted_crops_every_step() -> bool:
+    """Whether this release's assisted decoding calls ``crop`` after every verification forward, ``crop(-0)`` when every
+    draft was accepted (5.15+: "it's important to call it still", generation/utils.py:3803 in 5.15.1), so that recording
+    layers return to their working size; 5.14 crops only when a draft was rejected (``if number_of_tokens_to_crop > 0``,
+    :3815-3816 in 5.14.1), though it records the past already (:3645). Read from the method's source; one that cannot be
+    read counts as the newest."""
+    from transformers.generation.utils import GenerationMixin
+
+    try:
+        source = inspect.getsource(GenerationMixin._assisted_decoding)
+    except (OSError, TypeError, AttributeError):
+        return True
+    return "if number_of_tokens_to_crop > 0" not in source
+
+
 def crop_off(cache: Any, tokens: int) -> str:
     """Remove the last ``tokens`` tokens of ``cache`` with the call this release's assisted decoding makes, and name
     it: ``crop(-tokens)`` from 5.14, ``crop(length - tokens)`` before (``assisted_crops_by_count``), under which a

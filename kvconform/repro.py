@@ -234,9 +234,11 @@ def crop(model, keyword, full, fresh):
         cache.crop(-3)
     print(f"get_seq_length() after cropping 3 tokens: {{int(cache.get_seq_length())}} (expected {{PROMPT}})")
     logits = []
+    # 5.15+ crops after every forward (crop(-0) too); 5.14 records the past but crops only rejected drafts
+    every_step = "if number_of_tokens_to_crop > 0" not in inspect.getsource(transformers.GenerationMixin._assisted_decoding)
     for position in range(PROMPT, full.shape[1]):
         cache, output = forward(model, keyword, cache, input_ids=full[:, position : position + 1])
-        if start is not None:  # as assisted decoding does after every forward (before 5.15 crop(0) empties a cache)
+        if start is not None and every_step:  # as assisted decoding does after every forward (before 5.15 crop(0) empties a cache)
             cache.crop(0)
         logits.append(output.logits[:, -1])
     reference = model(input_ids=full, use_cache=False).logits[:, PROMPT:].float()

@@ -68,6 +68,17 @@ def test_crop_off_makes_the_call_of_the_release_s_assisted_decoding(monkeypatch:
     compat.assisted_crops_by_count.cache_clear()
 
 
+def test_only_5_15_on_crops_after_every_verification(monkeypatch: pytest.MonkeyPatch) -> None:
+    compat.assisted_crops_every_step.cache_clear()
+    monkeypatch.setattr(compat.inspect, "getsource", lambda _: (  # 5.14.1, generation/utils.py:3815-3816
+        "if number_of_tokens_to_crop > 0:\n    outputs.past_key_values.crop(-number_of_tokens_to_crop)\n"))
+    assert not compat.assisted_crops_every_step()
+    compat.assisted_crops_every_step.cache_clear()
+    monkeypatch.setattr(compat.inspect, "getsource", lambda _: "outputs.past_key_values.crop(-number_of_tokens_to_crop)\n")
+    assert compat.assisted_crops_every_step()  # 5.15+
+    compat.assisted_crops_every_step.cache_clear()
+
+
 def test_crop_0_empties_a_cache_whose_crop_takes_the_length_to_keep() -> None:
     class Legacy:
         def crop(self, max_length: int) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from kvconform.build.support import crop_support, own_cache
-from kvconform.compat import crop_off, not_croppable_layers, record_past
+from kvconform.compat import assisted_crops_every_step, crop_off, not_croppable_layers, record_past
 from kvconform.probe.cache_api import crop_after_decode, edge_calls
 from kvconform.probe.cache_io import seq_length
 from kvconform.probe.forwards import Forwards
@@ -74,9 +74,10 @@ def run_crop(forwards: Forwards, plan: Any, reference: torch.Tensor, sequence: t
         raise PathNotApplicable(f"transformers refuses the crop of {k} tokens: {' '.join(str(exc).split())[:300]}") from exc
     lengths = [seq_length(cache)]
     deltas = []
+    every_step = assisted_crops_every_step()  # 5.14 records the past but crops only rejected drafts
     for position in range(prompt_length, total):
         cache, output = forwards.extend(sequence[:, position : position + 1], cache)
-        if recording:  # assisted decoding crops after every forward: recording layers return to their working size
+        if recording and every_step:  # assisted decoding crops after every forward (5.15+): recording layers return to their working size
             cache.crop(0)
         lengths.append(seq_length(cache))
         deltas.append(row_delta(output.logits[:, -1, :], reference[:, position - prompt_length + 1, :]))
