@@ -115,7 +115,10 @@ def crop_counts_removed_tokens(cache: Any) -> bool:
     """Whether ``cache.crop(n)`` takes the tokens to remove (5.15+: ``crop(tokens_to_remove)``, 0 a no-op,
     cache_utils.py:165-184 in 5.15.1) or, before, the length to keep (``crop(max_length)``: ``crop(0)`` empties the
     cache, cache_utils.py:140-148 in 5.0.0; ``EncoderDecoderCache.crop(maximum_length)``). A negative ``n`` removes
-    ``-n`` tokens under both. Read from the method's first parameter."""
+    ``-n`` tokens under both. Read from the method's first parameter. It also tells where assisted decoding crops after
+    every verification forward, rejected tokens or not (5.15+, generation/utils.py:3803 in 5.15.1): 5.14 records the
+    past too but crops only after a rejected draft (:3815-3816 in 5.14.1), and under its ``crop(max_length)``
+    ``DynamicIndexedLayer`` empties its indexer keys at ``crop(0)`` (cache_utils.py:329-331 in 5.14.1)."""
     try:
         first = next(iter(inspect.signature(cache.crop).parameters))
     except (AttributeError, TypeError, ValueError, StopIteration):
@@ -135,17 +138,6 @@ def assisted_crops_by_count() -> bool:
     except (OSError, TypeError, AttributeError):
         return True
     return ".crop(new_cur_len" not in source
-
-
-def crops_after_every_forward(cache: Any) -> bool:
-    """Whether this release's assisted decoding calls ``crop`` after every verification forward, rejected tokens or
-    not, so that recording layers return to their working size: 5.15+ (``crop(-number_of_tokens_to_crop)``
-    unconditionally, generation/utils.py:3803 in 5.15.1), where ``crop(0)`` removes no token (``crop(tokens_to_remove)``,
-    ``crop_counts_removed_tokens``). 5.14 records the past too but crops only when a draft token was rejected
-    (``if number_of_tokens_to_crop > 0``, generation/utils.py:3815-3816 in 5.14.1), and its ``crop`` still takes the
-    length to keep, under which ``DynamicIndexedLayer`` empties its indexer keys at ``crop(0)``
-    (cache_utils.py:329-331 in 5.14.1): a call users' assisted decoding never makes there."""
-    return crop_counts_removed_tokens(cache)
 
 
 def crop_off(cache: Any, tokens: int) -> str:

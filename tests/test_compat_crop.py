@@ -79,16 +79,3 @@ def test_crop_0_empties_a_cache_whose_crop_takes_the_length_to_keep() -> None:
 
     assert compat.crop_counts_removed_tokens(Legacy()) is False
     assert compat.crop_counts_removed_tokens(Current()) is True
-
-
-def test_crop_after_every_forward_only_where_crop_0_removes_nothing() -> None:
-    class Legacy:
-        def crop(self, max_length: int) -> None:
-            """5.14's DynamicCache.crop: its assisted decoding crops only rejected drafts."""
-
-    class Current:
-        def crop(self, tokens_to_remove: int) -> None:
-            """5.15+: crop(-number_of_tokens_to_crop) after every verification forward."""
-
-    assert compat.crops_after_every_forward(Legacy()) is False
-    assert compat.crops_after_every_forward(Current()) is True

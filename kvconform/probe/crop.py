@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from kvconform.build.support import crop_support, own_cache
-from kvconform.compat import crop_off, crops_after_every_forward, not_croppable_layers, record_past
+from kvconform.compat import crop_counts_removed_tokens, crop_off, not_croppable_layers, record_past
 from kvconform.probe.cache_api import crop_after_decode, edge_calls
 from kvconform.probe.cache_io import seq_length
 from kvconform.probe.forwards import Forwards
@@ -74,7 +74,7 @@ def run_crop(forwards: Forwards, plan: Any, reference: torch.Tensor, sequence: t
         raise PathNotApplicable(f"transformers refuses the crop of {k} tokens: {' '.join(str(exc).split())[:300]}") from exc
     lengths = [seq_length(cache)]
     deltas = []
-    every_forward = recording and crops_after_every_forward(cache)
+    every_forward = recording and crop_counts_removed_tokens(cache)  # 5.15+: crop(0) after every forward
     for position in range(prompt_length, total):
         cache, output = forwards.extend(sequence[:, position : position + 1], cache)
         if every_forward:  # 5.15+'s assisted decoding crops after every forward: recording layers return to their size
