@@ -102,13 +102,8 @@ def assisted_needs_generate_cache() -> bool:
     is False. Before, it runs on the cache the model's own input preparation builds (LFM2's Lfm2HybridConvCache up to
     5.4, modeling_lfm2.py:647 in 5.0.0; MiniMax's MiniMaxCache) and rolls the drafts back with that cache's ``crop``
     (generation/utils.py:3749 in 5.0.0). Read from the method's source; one that cannot be read counts as the newest."""
-    from transformers.generation.utils import GenerationMixin
-
-    try:
-        source = inspect.getsource(GenerationMixin._assisted_decoding)
-    except (OSError, TypeError, AttributeError):
-        return True
-    return 'requires a cache")' in source.lower()
+    source = _assisted_decoding_source()
+    return source is None or 'requires a cache")' in source.lower()
 
 
 def crop_counts_removed_tokens(cache: Any) -> bool:
@@ -131,13 +126,18 @@ def assisted_crops_by_count() -> bool:
     """Whether this release's assisted decoding rolls the model's cache back with ``crop(-tokens)`` (5.14+,
     generation/utils.py:3816 in 5.14.1) or with the length to keep (``crop(new_cur_len - 1)``, :3749 in 5.0.0, :3752 in
     5.13.1). Read from the method's source; one that cannot be read counts as the newest."""
+    source = _assisted_decoding_source()
+    return source is None or ".crop(new_cur_len" not in source
+
+
+def _assisted_decoding_source() -> str | None:
+    """The source of this release's ``GenerationMixin._assisted_decoding``, or None where it cannot be read."""
     from transformers.generation.utils import GenerationMixin
 
     try:
-        source = inspect.getsource(GenerationMixin._assisted_decoding)
+        return inspect.getsource(GenerationMixin._assisted_decoding)
     except (OSError, TypeError, AttributeError):
-        return True
-    return ".crop(new_cur_len" not in source
+        return None
 
 
 def crop_off(cache: Any, tokens: int) -> str:
