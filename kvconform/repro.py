@@ -70,6 +70,16 @@ def build():
     return model
 
 
+def next_token(model, logits):
+    """Greedy, never a pad id whose embedding row is all zero (a random build's; kvconform's decode skips it too)."""
+    embeddings = model.get_input_embeddings()
+    pad = getattr(embeddings, "padding_idx", None)
+    if pad is not None and pad < logits.shape[-1] and not embeddings.weight[pad].any():
+        logits = logits.clone()
+        logits[..., pad] = float("-inf")
+    return logits.argmax(-1, keepdim=True)
+
+
 def forward(model, keyword, cache, **inputs):
     """A use_cache forward; a model that returns no cache object gets an explicit DynamicCache."""
     output = model(use_cache=True, **inputs, **({{keyword: cache}} if cache is not None else {{}}))
@@ -99,7 +109,7 @@ def main():
         cache, output = forward(model, keyword, fresh(), input_ids=prompt)
         logits, sequence = [output.logits[:, -1]], [prompt]
         for _ in range(STEPS):
-            token = logits[-1].argmax(-1, keepdim=True)
+            token = next_token(model, logits[-1])
             sequence.append(token)
             cache, output = forward(model, keyword, cache, input_ids=token)
             logits.append(output.logits[:, -1])

@@ -111,6 +111,28 @@ def forward_keeping_cache(model: Model, keyword: str, cache: Any, **inputs: Any)
     return returned, output
 
 
+def zero_pad_ids(model: Model) -> list[int]:
+    """The ``padding_idx`` of the input embedding where its row is all zero, as ``_init_weights`` leaves a random build's
+    (a trained checkpoint's is not). Fed with a build's zero biases, that token's keys are exactly zero, which static
+    caches of 5.0-5.3 do not count as stored (``StaticLayer.get_seq_length`` counts non-zero keys, cache_utils.py:357
+    in 5.0.0): a miscount from the build, not the model, so the greedy decode never feeds it."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    row, weight = getattr(embeddings, "padding_idx", None), getattr(embeddings, "weight", None)
+    if row is None or not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight[row].any():
+        return []
+    return [row % weight.shape[0]]
+
+
+def greedy(logits: torch.Tensor, excluded: list[int]) -> torch.Tensor:
+    """The next token per row, ``[B, 1]``: the highest logit among the ids not ``excluded``."""
+    excluded = [i for i in excluded if i < logits.shape[-1]]
+    if not excluded:
+        return logits.argmax(dim=-1, keepdim=True)
+    masked = logits.clone()
+    masked[..., excluded] = float("-inf")
+    return masked.argmax(dim=-1, keepdim=True)
+
+
 def make_prompt(batch_size: int, prompt_length: int, seed: int, vocab_size: int, device: torch.device) -> torch.Tensor:
     """Seeded random prompts, a different one per batch row."""
     generator = torch.Generator().manual_seed(seed)

@@ -28,12 +28,14 @@ from kvconform.probe.cache_io import (
     compute_dtype,
     fixed_length_config,
     forward_keeping_cache,
+    greedy,
     input_device,
     keep_logits,
     make_prompt,
     new_cache,
     returned_cache,
     seq_length,
+    zero_pad_ids,
 )
 from kvconform.probe.calls import CallsRecord, run_calls
 from kvconform.probe.chunked import ChunkedRecord, run_chunked, run_chunked_generate
@@ -240,9 +242,9 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     sequence = [prompt]
 
     start = time.perf_counter()
-    watch, mask_problems = UpdateWatch(cache), []
+    watch, mask_problems, unfed = UpdateWatch(cache), [], zero_pad_ids(model)
     for step in range(1, plan.decode_steps + 1):
-        token = cached_logits[-1].argmax(dim=-1, keepdim=True)
+        token = greedy(cached_logits[-1], unfed)
         sequence.append(token)
         output, found = watch.step(partial(model, input_ids=token, use_cache=True, **{keyword: cache}), 1, step)
         mask_problems += found
