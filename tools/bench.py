@@ -4,6 +4,7 @@
     python tools/bench.py                  # overhead + scaling + loads (a few minutes on 2 cores)
     python tools/bench.py --matrix-runs    # also the default matrix with -n auto and -n 0 (long)
     python tools/bench.py --gemma          # also Gemma 3 270M: its cold dequantization, warm load and cells
+    python tools/bench.py --history llama  # also one model's history over every 5.x minor (environments cached)
 
 The last line is ``overhead=<ratio> scaling=<ratio>``: the suite's time for the real SmolLM2 float32
 cell over the time of the forward passes its checks need, and the per-step probe time at N=128 over
@@ -180,11 +181,32 @@ def gemma_costs(matrix: Any) -> dict[str, Any]:
             "cells": [{"cell": c["cell"], "suite_s": c["suite_s"], "ratio": c["ratio"]} for c in cells]}
 
 
+def history_cost(model: str, releases: str) -> dict[str, Any]:
+    """One model's history over ``releases`` (``tools/history.py run``): wall time, each release's run and environment
+    seconds as the history records them, and its totals (harness errors included)."""
+    with tempfile.TemporaryDirectory() as out:
+        command = [sys.executable, str(ROOT / "tools" / "history.py"), "run", "--releases", releases, "--model", model,
+                   "--out", out, "--", "-n", "2"]
+        start = time.perf_counter()
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        wall = time.perf_counter() - start
+        path = Path(out) / "history.json"
+        if not path.exists():
+            raise RuntimeError(f"the history of {model} wrote no history.json: {done.stderr[-2000:]}")
+        history = json.loads(path.read_text())
+    per_release = [{"release": r["release"], "run_s": r["seconds"], "env_s": r["env_seconds"], "status": r["status"]}
+                   for r in history["releases"]]
+    return {"model": model, "releases": len(per_release), "wall_s": wall, "per_release": per_release,
+            "totals": history["totals"]}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="Timed repeats per cell (best is kept)")
     parser.add_argument("--matrix-runs", action="store_true", help="Also time the default matrix with -n auto and -n 0")
     parser.add_argument("--gemma", action="store_true", help="Also time Gemma 3 270M: cold dequantization, warm load, cells")
+    parser.add_argument("--history", metavar="MODEL", help="Also time MODEL's history over every 5.x minor release")
+    parser.add_argument("--history-releases", default="all-minor", help="The releases of --history (default all-minor)")
     parser.add_argument("--json", type=Path, help="Also write the figures to this JSON file")
     args = parser.parse_args()
 
@@ -212,6 +234,13 @@ def main() -> int:
         figures["matrix"] = [matrix_run(w, Path(f"/tmp/kvconform-bench-{w}")) for w in ("auto", "0")]
         print()
         print(tabulate(figures["matrix"], headers="keys", tablefmt="github", floatfmt=".1f"))
+    if args.history:
+        figures["history"] = history_cost(args.history, args.history_releases)
+        runs = [row["run_s"] for row in figures["history"]["per_release"]]
+        print()
+        print(tabulate(figures["history"]["per_release"], headers="keys", tablefmt="github", floatfmt=".1f"))
+        print(f"history of {args.history}: {len(runs)} releases in {figures['history']['wall_s']:.0f} s wall "
+              f"({min(runs):.1f}-{max(runs):.1f} s a release); {figures['history']['totals']}")
     figures["cpu"] = cpu_description()
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
