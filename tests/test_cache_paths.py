@@ -24,8 +24,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 def _spec(model_type: str, **config: object) -> ModelSpec:
     settings = Settings(
         dtypes=DTYPES, devices=("cpu",), caches=("dynamic", "static", *QUANTIZED_KINDS), attentions=("sdpa", "eager"),
-        tolerances=TOLERANCES, generate=True, ragged=False,
-        prefix_reuse=False, crop=True, beam=True, padded_generate=True, window_crossings=True, assisted=True,
+        tolerances=TOLERANCES, generate=True, ragged=True, prefix_reuse=True, chunked_prefill=True,
+        crop=True, beam=True, padded_generate=True, window_crossings=True, assisted=True,
     )
     return ModelSpec(id=model_type, source="synthetic", location=model_type, settings=settings, config=config)
 
@@ -211,9 +211,9 @@ PATH_FAULTS = {
                                    "before it; the cache holds 10 tokens before it where the sequence holds 7: the crop "
                                    "before it left +3 columns)", {"assisted"}),
     # generate() reads the same broken window, so the greedy tokens part too (float32 cells run generate), and so do
-    # the window crossings, which roll it too.
+    # the window crossings, the left-padded batch and the reused prefix, which decode past it too.
     "static_window_no_roll": (MISTRAL, "static", "sdpa", "parity", "first K/V divergence at layer 0",
-                              {"parity", "kv_parity", "generate", "padded_generate", "window"}),
+                              {"parity", "kv_parity", "generate", "padded_generate", "window", "ragged", "prefix_reuse"}),
     "fp8_scale_drift": (LLAMA, "quantized", "sdpa", "quantized_kv",
                         "layer 0, position 6 (keys): the dequantized cache differs from the fp8 design", {"quantized_kv", "parity"}),
     # Only a prompt shorter than the window decodes into a sliding layer that is not yet full.
@@ -348,11 +348,12 @@ def test_generate_calls_through_one_model_leave_no_state(runner, cache):
 def test_a_cache_kept_between_generate_calls_fails_between_calls(runner):
     """Planted: generate() hands its previous cache, not reset, to the next greedy call of the same batch size. The next
     call (the first after the generate check's) gets 14 stale tokens and so little of its prompt is fed that the model
-    raises: between_calls names that call (the left-padded generate() check's and assisted decoding's calls meet it
-    too); the decode loop, crop, beam search (another batch size) and the generate check's first call do not."""
+    raises: between_calls names that call (the left-padded generate() check's, assisted decoding's and the chunked
+    prefill's generate() calls meet it too); the decode loop, crop, beam search (another batch size) and the generate
+    check's first call do not."""
     with planted("generate_reuses_cache"):
         results = run_checks(runner, LLAMA)
-    assert _failed(results).keys() == {"between_calls", "padded_generate", "assisted"}, _failed(results)
+    assert _failed(results).keys() == {"between_calls", "padded_generate", "assisted", "chunked_prefill"}, _failed(results)
     message = results["between_calls"].message
     assert message.startswith("generate() of 4 tokens (to be continued) raised RuntimeError"), message
 
