@@ -24,7 +24,8 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "musicgen": TEXT_TO_AUDIO, "dia": TEXT_TO_AUDIO, "csm": TEXT_TO_AUDIO, "musicgen_melody": TEXT_TO_AUDIO, "unlimited_ocr": VISION_LANGUAGE,
           "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE,
           "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO, "voxtral_realtime": AUDIO_LANGUAGE,
-          "qwen3_omni_moe": TEXT_TO_AUDIO, "seamless_m4t": TEXT_TO_AUDIO, "shieldgemma2": VISION_LANGUAGE, "pi0": VISION_LANGUAGE}
+          "qwen3_omni_moe": TEXT_TO_AUDIO, "seamless_m4t": TEXT_TO_AUDIO, "shieldgemma2": VISION_LANGUAGE, "pi0": VISION_LANGUAGE,
+          "t5gemma": SEQ2SEQ, "t5gemma2": SEQ2SEQ}
 
 
 @pytest.fixture(scope="session")
@@ -133,6 +134,37 @@ def test_an_encoder_shrunk_unlike_its_decoder_leaves_the_cache_geometry_to_the_d
     assert all(results[name].passed for name in ("shapes", "bytes", "cross_shapes", "cross_bytes")), results
     t5 = family_model("t5").config
     assert (t5.num_layers, t5.num_decoder_layers) == (3, 2)
+
+
+@pytest.mark.parametrize("model_type", ["t5gemma", "t5gemma2"])
+def test_a_nested_encoder_is_shrunk_unlike_its_decoder_and_reads_past_the_decoder_window(family_model, model_type):
+    """T5Gemma's ``encoder`` and T5Gemma 2's ``encoder.text_config`` sub-configs get 3 layers, 2 heads and 1 KV head
+    against the decoder's 2, 4 and 2 (their layer_types repeated to 3 layers); the encoder input is longer than the
+    decoder's sliding window, so a cross half built with sliding layers would cut it, and the cache geometry still comes
+    from the decoder."""
+    config = family_model(model_type).config
+    encoder, decoder = getattr(config.encoder, "text_config", config.encoder), config.decoder
+    assert (encoder.num_hidden_layers, encoder.num_attention_heads, encoder.num_key_value_heads) == (3, 2, 1)
+    assert (decoder.num_hidden_layers, decoder.num_attention_heads, decoder.num_key_value_heads) == (2, 4, 2)
+    assert encoder.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
+    probe, results = probe_and_check(family_model(model_type), SEQ2SEQ)
+    assert probe.cross.encoder_length > decoder.sliding_window == 4, probe.cross.encoder_length
+    assert results["cross_shapes"].measured.startswith("[2, 2, ") and results["shapes"].measured.startswith("[2, 2, ")
+    assert all(result.passed for result in results.values()), {name: r.message for name, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("model_type", ["t5gemma", "t5gemma2"])
+def test_a_geometry_read_from_the_nested_encoder_is_caught(family_model, model_type, monkeypatch):
+    """Planted: the cache geometry read from the encoder sub-config. The encoder's 3 layers and 1 KV head differ from
+    the decoder's cache, so the shape and byte rows of both halves fail naming the layer count, while the decode passes
+    (with equal halves the fault read the same numbers and went unseen)."""
+    from kvconform.families import geometry
+
+    monkeypatch.setattr(geometry, "_decoder_config", lambda config: getattr(config.encoder, "text_config", config.encoder))
+    _, results = probe_and_check(family_model(model_type), SEQ2SEQ)
+    failed = {name for name, result in results.items() if not result.passed}
+    assert failed == {"shapes", "bytes", "cross_shapes", "cross_bytes"}, failed
+    assert results["shapes"].message == "cache has 2 layers, the config has 3 decoder layers", results["shapes"].message
 
 
 def test_a_layer_count_field_of_its_own_follows_the_shrunk_encoder():

@@ -59,10 +59,33 @@ TOWER_SIZES = {
 #: heads, then differs from the decoder's own. T5-style configs name the encoder's layer count ``num_layers``.
 ENCODER_SIZES = {"encoder_layers": 3, "num_encoder_layers": 3, "encoder_attention_heads": 2, "num_encoder_attention_heads": 2}
 T5_ENCODER_LAYERS = ("num_layers", "num_decoder_layers")
+#: The same for an encoder given as a sub-config of its own (T5Gemma's ``encoder``, T5Gemma 2's ``encoder.text_config``,
+#: beside a ``decoder`` sub-config): 3 layers, 2 heads and 1 KV head against the decoder's 2, 4 and 2 (2 heads divide
+#: hidden 64, 1 KV head divides 2 heads, head_dim stays 16; cross-attention reads the encoder's hidden size). Only where the encoder is the decoder's kind
+#: of stack, all three fields positive; per-layer lists (``layer_types``) repeat their pattern to the new depth.
+NESTED_ENCODER_SIZES = {"num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1}
+
+
+def _unequal_nested_halves(values: dict[str, Any]) -> None:
+    """``NESTED_ENCODER_SIZES`` in place on the encoder sub-config of a config with ``encoder`` and ``decoder`` ones."""
+    encoder, decoder = values.get("encoder"), values.get("decoder")
+    if not isinstance(encoder, dict) or not isinstance(decoder, dict):
+        return
+    nested = encoder.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else encoder
+    if not all(_is_positive(text.get(key)) and _is_positive(decoder.get(key)) for key in NESTED_ENCODER_SIZES):
+        return
+    depth = int(text["num_hidden_layers"])
+    for key, value in list(text.items()):
+        if isinstance(value, list) and len(value) == depth > 0:
+            text[key] = [value[i % depth] for i in range(NESTED_ENCODER_SIZES["num_hidden_layers"])]
+    text.update(NESTED_ENCODER_SIZES)
 
 
 def _unequal_halves(values: dict[str, Any]) -> None:
-    """``ENCODER_SIZES`` in place on a top-level encoder-decoder config, for fields that have a decoder counterpart."""
+    """``ENCODER_SIZES`` in place on a top-level encoder-decoder config, for fields that have a decoder counterpart,
+    and ``NESTED_ENCODER_SIZES`` on an encoder sub-config."""
+    _unequal_nested_halves(values)
     for key, size in ENCODER_SIZES.items():
         decoder = key.replace("encoder", "decoder")
         if _is_positive(values.get(key)) and _is_positive(values.get(decoder)):
