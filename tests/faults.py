@@ -430,6 +430,20 @@ def int_reorder_kept_after_flush() -> list[Patch]:
     return [(QuantizedLayer, "update", update)]
 
 
+def int_pending_reorder_replaced() -> list[Patch]:
+    """A quanto/HQQ layer's ``reorder_cache`` replaces a deferred beam order not yet applied instead of composing the
+    two: only a second reorder before the next flush (beam search, every step) meets it."""
+    from transformers.cache_utils import QuantizedLayer
+
+    original = QuantizedLayer.reorder_cache
+
+    def reorder_cache(self: Any, beam_idx: torch.LongTensor) -> None:
+        self._pending_beam_idx = None
+        original(self, beam_idx)
+
+    return [(QuantizedLayer, "reorder_cache", reorder_cache)]
+
+
 def cached_prefill_shift() -> list[Patch]:
     """The model's ``use_cache=True`` path shifts every logit of a prefill into an empty cache by max|logit|.
 
@@ -507,6 +521,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "int_residual_flushed_late": int_residual_flushed_late,
     "int_block_other_scale": int_block_other_scale,
     "int_reorder_kept_after_flush": int_reorder_kept_after_flush,
+    "int_pending_reorder_replaced": int_pending_reorder_replaced,
     "mask_one_wide": mask_one_wide,
     "write_late": write_late,
     "not_written": not_written,

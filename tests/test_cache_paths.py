@@ -140,7 +140,8 @@ def test_integer_quantized_cells_flush_their_residual_during_the_decode(runner):
     the bytes follow the design's split (packed bits, a scale and a zero point per group, the residual)."""
     results = run_checks(runner, LLAMA, cache="hqq-int4")
     record = runner.outcomes["llama[float32-cpu-hqq-int4]"].record
-    assert record.quant_config == {"backend": "hqq", "nbits": 4, "residual_length": 3, "q_group_size": 16}
+    assert record.quant_config == {"backend": "hqq", "nbits": 4, "residual_length": 3, "q_group_size": 16,
+                                   "axis_key": 0, "axis_value": 0}
     assert "the hqq int4 design reference" in results["parity"].message, results["parity"].message
     assert "12 tokens quantized, 2 in the full-precision residual" in results["quantized_kv"].message
     residual = [step.layers[0].residual_bytes for step in record.steps]
@@ -234,15 +235,21 @@ PATH_FAULTS = {
     "quantized_not_reordered": (LLAMA, "quantized", "sdpa", "reorder",
                                 "leave the same prefilled quantized cache with its rows moved by hand from decode step 0", {"reorder"}),
     # The residual design decides the split at every step: the late flush (decode step 3) changes what attention
-    # reads (parity, reorder), what is stored (quantized_kv) and its bytes; the length and shapes stay right.
+    # reads (parity, reorder, beam), what is stored (quantized_kv) and its bytes; the length and shapes stay right.
     "int_residual_flushed_late": (LLAMA, "hqq-int4", "sdpa", "bytes", "after decode step 3 the cache holds",
-                                  {"parity", "bytes", "quantized_kv", "reorder"}),
+                                  {"parity", "bytes", "quantized_kv", "reorder", "beam"}),
     "int_block_other_scale": (LLAMA, "quanto-int2", "sdpa", "quantized_kv",
                               "layer 0, position 4 (keys): the stored packed values with their scale and zero point dequantize",
-                              {"parity", "quantized_kv", "reorder"}),
-    # Only a reorder followed by a flush and another update reaches it: the main decode never reorders.
+                              {"parity", "quantized_kv", "reorder", "beam"}),
+    # Only a reorder followed by a flush and another update reaches it (the reorder path, beam search): the main decode
+    # never reorders.
     "int_reorder_kept_after_flush": (LLAMA, "quanto-int4", "sdpa", "reorder",
-                                     "leave its residual design, prefilled and reordered alike from decode step 3", {"reorder"}),
+                                     "leave its residual design, prefilled and reordered alike from decode step 3",
+                                     {"reorder", "beam"}),
+    # Only beam search reorders twice before a flush: the reorder path reorders once.
+    "int_pending_reorder_replaced": (LLAMA, "hqq-int4", "sdpa", "beam",
+                                     "against the same beam search through the cache's residual design: cached beams leave "
+                                     "the design's beams at generated token", {"beam"}),
 }
 
 
@@ -334,10 +341,10 @@ def test_attn_agreement_never_compares_an_attention_with_itself(tmp_path) -> Non
     assert other.implementations == ("eager", "sdpa") and other.not_applicable is None and other.position_max_abs_delta
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "static", "quantized"])
+@pytest.mark.parametrize("cache", ["dynamic", "static", "quantized", "quanto-int2", "hqq-int4"])
 def test_generate_calls_through_one_model_leave_no_state(runner, cache):
     """Healthy Llama: continued from its returned cache, a second padded prompt (dynamic); the same arguments twice,
-    the user's cache_config dict unchanged (static, quantized)."""
+    the user's cache_config dict unchanged (static, quantized: fp8's dict, quanto's and HQQ's with every documented key)."""
     result = run_checks(runner, LLAMA, cache=cache)["between_calls"]
     assert result.passed, result.message
     expected = (["generate() of 4 tokens continued for 4", "a second prompt (seed + 1) with 3 extra masked pad columns"]
@@ -378,6 +385,31 @@ def test_a_consumed_cache_config_dict_fails_between_calls(runner):
     assert _failed(results).keys() == {"between_calls"}, _failed(results)
     assert ("generate() changed the user's arguments: cache_implementation='quantized', cache_config={'backend': 'fp8'} "
             "came back as cache_implementation='quantized', cache_config={}") in results["between_calls"].message
+
+
+@pytest.mark.parametrize("cache", ["quanto-int4", "hqq-int2"])
+def test_a_consumed_integer_cache_config_dict_fails_between_calls(runner, cache):
+    """Planted: generate() pops ``backend`` from the user's quanto/HQQ dict (transformers 5.0-5.18's shape). Only
+    between_calls fails, naming the dict as given and as it came back; HQQ's second call builds the default quanto
+    backend, and its tokens part too. The beam check builds its own dict per call and passes."""
+    with planted("cache_config_consumed"):
+        results = run_checks(runner, LLAMA, cache=cache)
+    assert _failed(results).keys() == {"between_calls"}, _failed(results)
+    backend, nbits = INT_QUANTIZED[cache]
+    options = f"'nbits': {nbits}, 'residual_length': 3, 'q_group_size': 16, 'axis_key': 0, 'axis_value': 0"
+    message = results["between_calls"].message
+    assert (f"generate() changed the user's arguments: cache_implementation='quantized', cache_config={{'backend': "
+            f"'{backend}', {options}}} came back as cache_implementation='quantized', cache_config={{{options}}}") in message, message
+    assert ("tokens part from a first generate()" in message) == (backend == "hqq"), message
+
+
+def test_beam_search_on_an_integer_cache_follows_its_residual_design(runner):
+    """quanto/HQQ cells: beam search with the cache returns the beams of the same search through its residual design
+    (int_design.py), every flush and deferred reorder included; the uncached beams are no reference (not full precision)."""
+    for cache in ("quanto-int2", "hqq-int4"):
+        beam = run_checks(runner, LLAMA, cache=cache)["beam"]
+        assert beam.passed and beam.details["reference"] == "design", beam.message
+        assert "against the same beam search through the cache's residual design: the same beams" in beam.message
 
 
 def test_a_rolled_window_that_refuses_its_crop_makes_assisted_not_applicable(monkeypatch) -> None:

@@ -35,20 +35,24 @@ QUANTIZED_BACKEND = "fp8"
 #: Full-precision tokens an integer-quantized layer keeps before they are quantized: small, so the 8-step decode
 #: flushes its residual twice (at steps 3 and 6 after a prefill).
 RESIDUAL_LENGTH = 3
+#: The axis the integer backends quantize keys and values along (``axis_key`` / ``axis_value``, transformers' default,
+#: the one the residual design reproduces: ``probe.int_design``).
+AXIS = 0
 #: The integer backends' group size, where the head dims allow it (it must divide them, so that a quanto group
 #: never spans two tokens and every length is a whole number of groups).
 GROUP_SIZE = 16
 
 
 def int_cache_config(config: Any, kind: str) -> dict[str, Any]:
-    """The ``cache_config`` of an integer-quantized cell: backend, nbits, residual_length, q_group_size. Every quanto
-    path passes here first, so quanto's CPU kernel is built once per machine (``quanto_kernel``), not per environment."""
+    """The ``cache_config`` of an integer-quantized cell, every key QuantizedCache documents for these backends: backend,
+    nbits, residual_length, q_group_size, axis_key, axis_value. Every quanto path passes here first, so quanto's CPU
+    kernel is built once per machine (``quanto_kernel``), not per environment."""
     backend, nbits = INT_QUANTIZED[kind]
     if backend == "quanto":
         share_quanto_build()
     dims = [dim for layer in cache_geometry(config).kv_layers for dim in (layer.k_head_dim, layer.v_head_dim)]
     return {"backend": backend, "nbits": nbits, "residual_length": RESIDUAL_LENGTH,
-            "q_group_size": math.gcd(GROUP_SIZE, *dims) if dims else GROUP_SIZE}
+            "q_group_size": math.gcd(GROUP_SIZE, *dims) if dims else GROUP_SIZE, "axis_key": AXIS, "axis_value": AXIS}
 
 
 def quantized_cache(config: Any, kind: str) -> Any:

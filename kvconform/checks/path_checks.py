@@ -15,29 +15,34 @@ SCORE_LIMIT_FACTOR = 2.0
 
 
 def beam(record: BeamRecord | None, tolerance: Tolerance, logit_scale: float) -> CheckResult:
-    """Cached and uncached beam search return the same beams with scores within twice the parity limit."""
+    """Cached beam search returns the beams of the uncached one (quanto/HQQ: of the same search through the cache's
+    residual design) with scores within twice the parity limit."""
     if record is None:
         return CheckResult("beam", True, "not run", "", "beam search disabled for this cell")
     if record.error is not None:
         return CheckResult("beam", False, "error", "", f"beam search (num_beams={record.num_beams}) raised {record.error}")
     limit = SCORE_LIMIT_FACTOR * tolerance.limit(logit_scale)
     delta = record.max_score_delta
+    other = "uncached" if record.reference == "uncached" else "design's"
     details = {"cached_tokens": record.cached_tokens, "uncached_tokens": record.uncached_tokens,
-               "cached_scores": record.cached_scores, "uncached_scores": record.uncached_scores, "tolerance": limit}
+               "cached_scores": record.cached_scores, "uncached_scores": record.uncached_scores, "tolerance": limit,
+               "reference": record.reference}
     what = f"num_beams={record.num_beams}, {len(record.cached_tokens)} returned beams"
+    if record.reference == "design":
+        what += " against the same beam search through the cache's residual design"
     if record.first_divergence is not None:
         k = record.first_divergence
         rows = [r for r, (a, b) in enumerate(zip(record.cached_tokens, record.uncached_tokens, strict=False)) if a[k] != b[k]]
         message = (
-            f"{what}: cached beams leave the uncached beams at generated token {k} (returned beams {rows}: cached "
-            f"{[record.cached_tokens[r][k] for r in rows]} vs uncached {[record.uncached_tokens[r][k] for r in rows]}); "
-            f"scores cached {_scores(record.cached_scores)} vs uncached {_scores(record.uncached_scores)}: "
+            f"{what}: cached beams leave the {other} beams at generated token {k} (returned beams {rows}: cached "
+            f"{[record.cached_tokens[r][k] for r in rows]} vs {other} {[record.uncached_tokens[r][k] for r in rows]}); "
+            f"scores cached {_scores(record.cached_scores)} vs {other} {_scores(record.uncached_scores)}: "
             "suspect the cache reorder between steps (reorder_cache)"
         )
         return CheckResult("beam", False, f"token {k} differs", "same beams", message, details)
     if delta > limit:
         message = (f"{what}: same tokens, but beam scores differ by {delta:.3g} > {limit:.3g} (2 × parity limit): cached "
-                   f"{_scores(record.cached_scores)} vs uncached {_scores(record.uncached_scores)}")
+                   f"{_scores(record.cached_scores)} vs {other} {_scores(record.uncached_scores)}")
         return CheckResult("beam", False, f"{delta:.2e}", f"{limit:.2e}", message, details, Figure(delta, limit, "score"))
     message = f"{what}: the same beams, scores within {delta:.2e} ≤ {limit:.2e}"
     return CheckResult("beam", True, f"{delta:.2e}", f"{limit:.2e}", message, details, Figure(delta, limit, "score"))

@@ -18,8 +18,10 @@ if TYPE_CHECKING:  # matrix.py reads the table to validate known-failure keys
 #: Cache kinds whose reference is a full-precision run: the fp8 cache leaves it by design (its frozen scale
 #: saturates), so quantized cells are judged against the fp8 design instead (docs/cache-paths.md).
 FULL_PRECISION = ("dynamic", "static")
+#: The integer-quantized cache kinds (``matrix.INT_QUANTIZED``'s keys): quanto and HQQ, judged against their residual design.
+INT_KINDS = ("quanto-int4", "quanto-int2", "hqq-int4", "hqq-int2")
 #: The quantized cache kinds (``matrix.QUANTIZED_KINDS``; kept here, as the matrix reads this table).
-QUANTIZED_KINDS = ("quantized", "quanto-int4", "quanto-int2", "hqq-int4", "hqq-int2")
+QUANTIZED_KINDS = ("quantized", *INT_KINDS)
 CAUSAL = (CAUSAL_LM,)
 #: The families whose generate() paths (greedy with and without the cache, beam search) run through the one probe code,
 #: given each family's prompt (``probe.generate_inputs``); codebook decoders' generate() is their own check.
@@ -108,8 +110,10 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
               "every chunk's logits, every K/V and conv/recurrent state, generate()'s tokens", enabled_by="chunked_prefill",
               float32_only=True, caches=FULL_PRECISION, attention="default", families=CHUNKED_PATHS, reuse_path=True),
     # With the model's own attention: on 5.24 every beam failure of an eager cell repeated its sdpa cell's (docs/performance.md).
-    CheckInfo("beam", "beam search with and without the cache returns the same beams and scores", enabled_by="beam",
-              float32_only=True, caches=("dynamic",), attention="default", families=GENERATE_PATHS),
+    # quanto/HQQ cells: against beam search through their residual design (int_design.py), not the uncached run.
+    CheckInfo("beam", "beam search with and without the cache returns the same beams and scores (quanto/HQQ: the "
+              "beams of the same search through the cache's residual design)", enabled_by="beam",
+              float32_only=True, caches=("dynamic", *INT_KINDS), attention="default", families=GENERATE_PATHS),
     CheckInfo("reorder", "reorder_cache on a prefilled cache equals prefilling the rows in that order", enabled_by="beam",
               float32_only=True, caches=("static", *QUANTIZED_KINDS), families=CACHE_PATHS),
     CheckInfo("padded_generate", "generate() on a left-padded batch picks the same tokens with and without the cache",
@@ -120,11 +124,11 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("assisted", "assisted generate() (the model as its own assistant, a random assistant, prompt lookup) returns "
               "greedy's tokens, its logits within the parity limit of one uncached pass", enabled_by="assisted",
               float32_only=True, caches=("dynamic",), families=(CAUSAL_LM, *ENCODER_DECODER)),
-    # Dynamic cells: continued (causal LMs: and a second, padded prompt); static/fp8 quantized: the same arguments twice
-    # (docs/cache-paths.md).
+    # Dynamic cells: continued (causal LMs: and a second, padded prompt); static and quantized (fp8, quanto, HQQ): the same
+    # arguments twice (docs/cache-paths.md).
     CheckInfo("between_calls", "generate() again through the same model: continued from its returned cache, with extra "
               "left padding, a second prompt, the same cache_config twice: the same tokens, the user's dict unchanged",
-              enabled_by="generate", float32_only=True, caches=(*FULL_PRECISION, "quantized"), attention="default",
+              enabled_by="generate", float32_only=True, caches=(*FULL_PRECISION, *QUANTIZED_KINDS), attention="default",
               families=GENERATE_PATHS, reuse_path=True),
     CheckInfo("attn_agreement", "this attention and the model's default agree on uncached logits", float32_only=True,
               caches=("dynamic",), attention="other", families=CAUSAL),

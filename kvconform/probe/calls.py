@@ -8,9 +8,10 @@ On a cell whose ``generate`` check ran (its cached greedy tokens for the probe's
   must give the tokens its unpadded uncached ``generate()`` gives (half the decode steps: a leaked state or a
   visible pad column shows from the first decoded token);
 - static and quantized cells: ``generate()`` again with the same arguments (``cache_implementation`` and the user's
-  ``cache_config`` dict, the same ``GenerationConfig`` object) must give the first call's tokens, and leave the dict
-  and the config as they were (transformers consumes keys of a copy: generation/utils.py, "Copied, as generate may
-  be called several times with the same cache_config").
+  ``cache_config`` dict: fp8's ``{"backend": "fp8"}``, quanto's and HQQ's every documented key, the same
+  ``GenerationConfig`` object) must give the first call's tokens, and leave the dict and the config as they were
+  (transformers consumes keys of a copy from 5.19 on: generation/utils.py, "Copied, as generate may be called several
+  times with the same cache_config"; 5.0-5.18 consume the user's own dict).
 
 Tokens are compared exactly (float32 cells only); where they part, the first generated position and rows are named.
 A family cell's calls take its prompt from its adapter (``GenerateInputs``: an image, an encoder input), continued as
@@ -137,7 +138,7 @@ def _run(model: Model, plan: Any, first: GenerateRecord | None, inputs: Generate
         if causal:
             _second_prompt(model, plan, vocab, record)
         return
-    kwargs = cache_implementation(plan.cache)  # the user's arguments, one dict passed to both calls
+    kwargs = cache_implementation(plan.cache, model.config)  # the user's arguments, one dict passed to both calls
     config = _config(model, steps, inputs=inputs)
     given_kwargs, given_config = copy.deepcopy(kwargs), config.to_dict()
     what = "the generate check's generate()"
@@ -169,7 +170,17 @@ def _unchanged(record: CallsRecord, kwargs: dict[str, Any], given_kwargs: dict[s
 
 
 def _shown(kwargs: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={value!r}" for key, value in kwargs.items())
+    return ", ".join(f"{key}={_plain(value)!r}" for key, value in kwargs.items())
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with any object that is not plain data shown as ``<its class name>`` (a model config generate() put in
+    the user's dict would print whole)."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value)
+    return value if value is None or isinstance(value, (str, int, float, bool)) else f"<{type(value).__name__}>"
 
 
 def _continued(model: Model, inputs: GenerateInputs, steps: int, first: list[list[int]], logits: torch.Tensor,

@@ -2,7 +2,9 @@
 
 - beam search: the cache is expanded to ``batch × beams`` before the prefill and reordered with
   ``reorder_cache(beam_idx)`` after every step; cached and uncached runs must pick the same beams
-  with the same scores.
+  with the same scores. A quanto/HQQ cache is compared with the same search through its residual design
+  (``int_design.design_cache``, the backend's own rounding): its K/V are not full precision by design, while
+  every reorder, deferred reorder and flush of the real layers has its one right result.
 - a batched, left-padded greedy ``generate()``: cached and uncached runs must pick the same tokens.
 
 Both run with the cell's cache through ``cache_implementation`` (what users pass to ``generate()``).
@@ -16,9 +18,13 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
+from kvconform.build.support import int_cache_config
+from kvconform.compat import cache_keyword
+from kvconform.matrix import INT_QUANTIZED
 from kvconform.probe.cache_io import cache_implementation, fixed_length_config, input_device, make_prompt
 from kvconform.probe.decode import GenerateRecord, run_generate
 from kvconform.probe.generate_inputs import GenerateInputs
+from kvconform.probe.int_design import design_cache
 
 #: Beams in the beam-search check: enough that reordering moves rows between beams.
 NUM_BEAMS = 3
@@ -66,6 +72,8 @@ class BeamRecord:
     error: str | None = None
     not_applicable: str | None = None
     """Set when generate() refuses beam search with this model's cache (its own words)."""
+    reference: str = "uncached"
+    """What the cached beams are compared with: the ``uncached`` run, or the cache's residual ``design``."""
 
     @property
     def max_score_delta(self) -> float:
@@ -81,15 +89,17 @@ def run_beam(model: Model, plan: Any, inputs: GenerateInputs | None = None) -> B
     """
 
     inputs = inputs if inputs is not None else GenerateInputs.of_ids(_prompt(model, plan))
+    design = plan.cache in INT_QUANTIZED
     runs = {}
     try:
         for use_cache in (True, False):
             config = fixed_length_config(
-                model, plan.decode_steps, use_cache, num_beams=NUM_BEAMS, num_return_sequences=NUM_BEAMS,
+                model, plan.decode_steps, use_cache or design, num_beams=NUM_BEAMS, num_return_sequences=NUM_BEAMS,
                 early_stopping=False, length_penalty=1.0, output_scores=True, return_dict_in_generate=True, **inputs.config,
                 **(cache_implementation(plan.cache, model.config) if use_cache else {}),
             )
-            runs[use_cache] = model.generate(**inputs.kwargs, generation_config=config)
+            reference = {} if use_cache or not design else {cache_keyword(model): _design(model, plan.cache)}
+            runs[use_cache] = model.generate(**inputs.kwargs, generation_config=config, **reference)
     except ValueError as exc:
         if any(refusal in str(exc) for refusal in REFUSALS):  # transformers' own refusal of beam search for this model
             return BeamRecord([], [], [], [], None, not_applicable=f"generate() refuses: {exc}"[:500])
@@ -103,5 +113,10 @@ def run_beam(model: Model, plan: Any, inputs: GenerateInputs | None = None) -> B
         cached_tokens=cached.tolist(), uncached_tokens=uncached.tolist(),
         cached_scores=runs[True].sequences_scores.float().tolist(),
         uncached_scores=runs[False].sequences_scores.float().tolist(),
-        first_divergence=int(differs[0]) if len(differs) else None,
+        first_divergence=int(differs[0]) if len(differs) else None, reference="design" if design else "uncached",
     )
+
+
+def _design(model: Model, cache: str) -> Any:
+    """An empty residual-design cache of the integer-quantized kind ``cache`` (the beam search's reference)."""
+    return design_cache(model, int_cache_config(model.config, cache))
