@@ -450,25 +450,30 @@ def cached_prefill_shift() -> list[Patch]:
     No cache entry is read and none is wrong (the K/V are untouched), and a constant shift keeps every argmax and
     log-softmax: only the cached prefill's logits leave the uncached pass, so the diagnosis must not blame a cache read.
     The shift is made in float32, where it is exact for half-precision logits: rounded in their own dtype, two
-    near-tied logits could become equal and swap the argmax.
+    near-tied logits could become equal and swap the argmax. Planted in a causal LM (Llama), a vision-language model
+    (LLaVA, its image in the prompt) and an encoder-decoder (T5, its decoder prompt read by ``decoder_input_ids``).
     """
     from functools import wraps
 
-    from transformers import LlamaForCausalLM
+    from transformers import LlamaForCausalLM, LlavaForConditionalGeneration, T5ForConditionalGeneration
 
-    original = LlamaForCausalLM.forward
+    def shifted(original: Callable[..., Any]) -> Callable[..., Any]:
+        @wraps(original)
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            empty = cache is None or cache.get_seq_length() == 0
+            ids = kwargs.get("decoder_input_ids")  # an encoder-decoder's prompt is its decoder's
+            ids = ids if ids is not None else kwargs.get("input_ids")
+            tokens = ids.shape[1] if ids is not None else 1
+            output = original(self, *args, **kwargs)
+            if kwargs.get("use_cache") and empty and tokens > 1:
+                output.logits = output.logits.float() + output.logits.float().abs().amax()
+            return output
 
-    @wraps(original)
-    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        cache = kwargs.get("cache", kwargs.get("past_key_values"))
-        empty = cache is None or cache.get_seq_length() == 0
-        tokens = kwargs["input_ids"].shape[1] if kwargs.get("input_ids") is not None else 1
-        output = original(self, *args, **kwargs)
-        if kwargs.get("use_cache") and empty and tokens > 1:
-            output.logits = output.logits.float() + output.logits.float().abs().amax()
-        return output
+        return forward
 
-    return [(LlamaForCausalLM, "forward", forward)]
+    return [(model, "forward", shifted(model.forward))
+            for model in (LlamaForCausalLM, LlavaForConditionalGeneration, T5ForConditionalGeneration)]
 
 
 def chunk_conv_state_dropped() -> list[Patch]:

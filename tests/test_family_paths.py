@@ -250,3 +250,40 @@ def test_the_fp8_cache_runs_on_multimodal_cells_judged_by_its_design(runner, mod
     assert failed.keys() == {"quantized_kv", "parity"}, failed
     assert f"position {prompt} (keys): the dequantized cache differs from the fp8 design" in failed["quantized_kv"], failed
 
+
+
+#: per model type: the checks the planted prefill split fails beyond the healthy cell's; llava's media_calls compares
+#: each generate() call, whose first step is a cached prefill into an empty cache, with an uncached pass.
+PREFILL_SPLIT = {"llava": {"parity", "text_only", "media_calls"}, "t5": {"parity"}}
+
+
+@pytest.mark.parametrize("model_type", sorted(PREFILL_SPLIT))
+def test_a_split_at_the_prefill_is_not_blamed_on_a_cache_read_on_a_family_cell(runner, model_type):
+    """The model's use_cache=True path shifts a prefill's logits (LLaVA with its image, T5's decoder prompt with the
+    encoder output; no cache entry read, none wrong): parity fails at the prefill only, diagnosed ``prefill differs`` by
+    the causal probe's own code, with the cached and plain-cache prefills' distances; so does the text-only prompt's
+    parity (llava). t5's chunked prefill, whose reference is one prefill into an empty cache, is diagnosed the same;
+    what else the healthy cell fails (t5's labelled model bugs) fails with the same words."""
+    healthy = _results(runner, model_type)
+    with planted("cached_prefill_shift"):
+        results = _results(runner, model_type)
+    failed = _failing(results)
+    assert failed - _failing(healthy) == PREFILL_SPLIT[model_type], {name: results[name].message for name in failed}
+    parity = results["parity"]
+    deltas, limit = parity.details["step_max_abs_delta"], parity.details["tolerance"]
+    assert [k for k, delta in enumerate(deltas) if delta > limit] == [0] and 0 not in parity.details["argmax_disagree_steps"]
+    assert parity.details["diagnosis"] == "prefill differs", parity.message
+    assert parity.message.startswith("[prefill differs] cached logits diverge from the uncached reference at decode step 0 "
+                                     f"(prefill): |Δ| {deltas[0]:.3g}"), parity.message
+    assert (f"already disagree at the prefill (|Δ| {deltas[0]:.3g} > {limit:.3g}), before any cache entry was read, so this "
+            "is not a cache-read fault: the model computes differently with use_cache=True (a prefill into an empty plain "
+            f"DynamicCache differs by {deltas[0]:.3g} as well); either side may be the broken one") in parity.message
+    assert "first K/V divergence" not in parity.message and "stored K/V at the end of the decode" not in parity.message
+    if model_type == "llava":
+        assert "text-only prompt: parity: [prefill differs]" in results["text_only"].message, results["text_only"].message
+    else:
+        chunked = results["chunked_prefill"]
+        assert chunked.details["diagnosis"] == "prefill differs" and healthy["chunked_prefill"].details["diagnosis"] == "cache fault"
+        assert "its reference is one prefill into an empty cache, and the main decode's prefill differs already" in chunked.message
+    assert _unexplained(model_type, {name: results[name].message for name in failed - PREFILL_SPLIT[model_type]}) == {}
+    assert all(healthy[name].passed for name in PREFILL_SPLIT[model_type])

@@ -595,6 +595,10 @@ def chunked_prefill(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGe
         details["diagnosis"] = diagnosis = "top-k ties" if chunked.topk_ties is not None else "cache fault"
         if chunked.topk_ties is not None:
             problems.append(f"not a cache fault: {chunked.topk_ties.describe()}")
+        elif _first_chunk_over(chunked, limit) and record.prefill_split is not None:
+            details["diagnosis"] = diagnosis = PREFILL_DIFFERS
+            problems.append("its reference is one prefill into an empty cache, and the main decode's prefill differs "
+                            f"already: {record.prefill_split.describe()}")
         if chunked.replay is not None:
             problems.append(chunked.replay.describe(limit))
         return CheckResult("chunked_prefill", False, f"{worst:.2e}", f"{limit:.2e}", f"[{diagnosis}] {what}: " + "; ".join(problems),
@@ -606,6 +610,11 @@ def chunked_prefill(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGe
         message += (f"; generate(prefill_chunk_size={chunked.chunk_size}): {gen.not_applicable}" if gen.not_applicable else
                     f"; generate(prefill_chunk_size={chunked.chunk_size}) picks the plain generate()'s {len(gen.plain_tokens[0])} tokens")
     return CheckResult("chunked_prefill", True, f"{worst:.2e}", f"{limit:.2e}", message, details, figure)
+
+
+def _first_chunk_over(chunked: Any, limit: float) -> bool:
+    """Whether the first chunk whose logits leave one prefill reads a cache (a later chunk, not the first)."""
+    return next((k for k, step in enumerate(chunked.steps) if step.max_abs_delta > limit), 0) > 0
 
 
 def _chunk_problems(chunked: Any, record: ProbeRecord, geometry: CacheGeometry, limit: float) -> list[str]:

@@ -21,7 +21,7 @@ from kvconform.build.models import Model
 from kvconform.matrix import QUANTIZED
 from kvconform.probe import fp8_design
 from kvconform.probe.cache_io import cache_layers, compute_dtype, seq_length
-from kvconform.probe.decode import ProbePlan, ProbeRecord, StepRecord, run_chunked_path, run_paths
+from kvconform.probe.decode import ProbePlan, ProbeRecord, StepRecord, prefill_split, run_chunked_path, run_paths
 from kvconform.probe.forwards import Forwards
 from kvconform.probe.kv_compare import Divergence, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
@@ -175,7 +175,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         nonfinite = "uncached reference logits are not finite"
     limit = plan.locate_tolerance.limit(scale) if plan.locate_tolerance is not None else None
     located = limit is not None and max(s.max_abs_delta for s in steps) > limit
-    unstable = ties = divergence = None
+    unstable = ties = divergence = split = None
     if located and limit is not None:
         start = time.perf_counter()
         unstable = prefix_instability(_Uncached(driver.reference, driver.offset), full, reference[:, driver.offset:],
@@ -184,6 +184,8 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         # A quantized cache is judged by its design: its stored values are the quantized_kv check's (a fresh fp8 pass
         # calibrates its scale on other tokens, so its K/V are no reference).
         divergence = _locate(driver, cache, full, plan.cache) if quantized is None else None
+        if steps[0].max_abs_delta > limit:  # no cache entry read yet: which side differs (the causal probe's own)
+            split = prefill_split(forwards, reference_steps[:, 0, :], steps[0].max_abs_delta, limit, type(cache).__name__)
         timings["locate_s"] = time.perf_counter() - start
     if driver.after_decode is not None:
         driver.after_decode()
@@ -196,7 +198,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     record = ProbeRecord(
         plan=plan, dtype=str(compute_dtype(model)).removeprefix("torch."), cache_class=type(cache).__name__,
         max_cache_len=_max_cache_len(cache, plan.cache), steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
-        divergence=divergence, prefix_instability=unstable, topk_ties=ties, generate=None, timings=timings, paths=paths,
+        divergence=divergence, prefix_instability=unstable, topk_ties=ties, prefill_split=split, generate=None, timings=timings, paths=paths,
         chunked=chunked, quantized=quantized, full_precision_delta=full_precision_delta,
         reference="the fp8 design reference" if quantized is not None else "the uncached reference",
     )

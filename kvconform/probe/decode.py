@@ -305,7 +305,8 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         pairs = pairs if pairs is not None else _kv_pairs(model, keyword, plan, cache, full)
         divergence = locate_divergence(pairs, valid_length=total, preallocated=plan.cache != "dynamic")
         if steps[0].max_abs_delta > limit:
-            split = _prefill_split(model, keyword, prompt, reference_steps, steps[0].max_abs_delta, limit, type(cache).__name__)
+            split = prefill_split(causal_forwards(model, prompt), reference_steps[:, 0, :], steps[0].max_abs_delta, limit,
+                                  type(cache).__name__)
         if plan.cache not in QUANTIZED_KINDS:  # the design reference is itself a cached decode
             replay = replay_selections(model, getattr(torch, dtype), lambda: _decode_deltas(model, keyword, plan, full, reference_steps),
                                        lambda: model(input_ids=full, use_cache=False))
@@ -433,17 +434,26 @@ def run_paths(forwards: Forwards, plan: ProbePlan, reference: torch.Tensor, full
     return paths
 
 
-def _prefill_split(model: Model, keyword: str, prompt: torch.Tensor, reference_steps: torch.Tensor, delta: float,
-                   limit: float, cache_class: str) -> PrefillSplit:
-    """The failing prefill again into an empty config-less ``DynamicCache``: does the split follow the cache class?"""
-    from transformers import DynamicCache
-
+def prefill_split(forwards: Forwards, reference: torch.Tensor, delta: float, limit: float, cache_class: str) -> PrefillSplit:
+    """The failing prefill of ``forwards.prompt`` (with its media or encoder output) again into an empty config-less
+    cache of plain layers, against the uncached pass's prefill logits ``reference`` [B, V]: does the split follow the
+    cell's cache class? The same for every family."""
     try:
-        _, output = forward_keeping_cache(model, keyword, DynamicCache(), input_ids=prompt)
-        plain: float | None = _compare(output.logits[:, -1, :], reference_steps[:, 0, :])[0]
+        _, output = forwards.cached(forwards.prompt, _plain_cache(forwards))
+        plain: float | None = _compare(output.logits[:, -1, :], reference)[0]
     except Exception:  # noqa: BLE001 - e.g. linear-attention layers need their configured cache
         plain = None
     return PrefillSplit(delta, plain, cache_class, limit)
+
+
+def _plain_cache(forwards: Forwards) -> Any:
+    """A config-less ``DynamicCache`` (plain layers keeping every token); two of them where the cell's default cache has
+    two halves (an encoder-decoder's ``EncoderDecoderCache``)."""
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    if isinstance(forwards.default_cache(), EncoderDecoderCache):
+        return EncoderDecoderCache(DynamicCache(), DynamicCache())
+    return DynamicCache()
 
 
 def _path_fails(path: PathRecord, limit: float) -> bool:
