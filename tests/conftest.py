@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from _pytest import pytester as pytester_module
 
 from kvconform.build.geometry import cache_geometry, explain
 from kvconform.build.models import cache_dir, model_in_dtype
@@ -20,7 +21,7 @@ from kvconform.known_failures import KnownFailure, known_failure
 from kvconform.matrix import Tolerance
 from kvconform.probe.decode import ProbePlan, run_probe
 from kvconform.results import CheckResult
-from tests.inner import Inner, SharedRuns
+from tests.inner import Inner, KeepingTransformers, SharedRuns
 from tests.warm_python import WarmPython
 
 # Under xdist, the processes a self-test starts (inner pytest runs, repros, other CPU kernels) use this worker's share
@@ -104,6 +105,18 @@ def outer_cache_dir() -> Path:
     """kvconform's cache folder as the outer run sees it: session-scoped, so it is read before the function-scoped
     ``pytester`` points HOME at a temporary folder."""
     return cache_dir()
+
+
+@pytest.fixture
+def keeping_transformers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pytester's ``sys.modules`` snapshots keep transformers' modules (tests/inner.py says why)."""
+    monkeypatch.setattr(pytester_module, "SysModulesSnapshot", KeepingTransformers)
+
+
+@pytest.fixture
+def pytester(keeping_transformers: None, pytester: pytest.Pytester) -> pytest.Pytester:
+    """pytest's own, made after ``keeping_transformers``: its snapshot and each in-process run's keep transformers."""
+    return pytester
 
 
 @pytest.fixture

@@ -6,9 +6,12 @@ and a ``pytest.ini`` that pins the rootdir there; reports go to that folder's ``
 repository's. ``Inner.run`` runs pytest in-process (``pytester.runpytest_inprocess``: no re-import of torch and
 transformers, an ``-n 0`` run takes about a second; ``-n 2`` still starts two worker processes), and pytester
 restores ``sys.modules``, ``sys.path``, the cwd and the environment afterwards. Its ``sys.modules`` snapshot
-drops what a run imported first (kvconform.runner, xdist's controller modules; torch, transformers and the
-modeling modules are imported by the outer run already) and the next run imports them again, which is harmless;
-a test that monkeypatches such a module imports it itself before the run, so the run sees the patch.
+drops what a run imported first (kvconform.runner, xdist's controller modules) and the next run imports them again,
+which is harmless; a test that monkeypatches such a module imports it itself before the run, so the run sees the
+patch. transformers' modules a run (or the test around it) imported first are kept (``KeepingTransformers``, in place
+for every pytester test: tests/conftest.py): transformers' auto mappings cache each module they import, so a dropped
+modeling module, imported again later, gives a second class of the same name (MusicGen-Melody's model refused the
+config ``AutoConfig`` built, "has to be of type", in the test after ``--list-models``' inner run).
 ``Inner.process`` runs
 ``python -m pytest`` in a fresh interpreter (``pytester.runpytest_subprocess``) for what only a real process
 shows: signals, exit status, nothing imported beforehand.
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from _pytest import pytester as pytester_module
 
 from kvconform.report import load_document
 from tests.schema import schema_problems
@@ -43,6 +47,13 @@ IN_PROCESS_ARGS = ("-W", "ignore::pytest.PytestAssertRewriteWarning")
 #: Top-level module names of the suite's files in an inner folder: a module another folder's run left under these
 #: names must not be seen by an in-process run (pytest would call its copy an "import file mismatch").
 SUITE_MODULES = ("conftest", "test_conformance")
+
+
+class KeepingTransformers(pytester_module.SysModulesSnapshot):
+    """pytester's ``sys.modules`` snapshot that also keeps every ``transformers`` module an inner run imported."""
+
+    def __init__(self, preserve: Callable[[str], bool] | None = None) -> None:
+        super().__init__(preserve=lambda name: name.startswith("transformers") or (preserve is not None and preserve(name)))
 
 Shared = TypeVar("Shared")
 
