@@ -6,8 +6,9 @@ cache, and rolls the rejected drafts back with ``cache.crop(-rejected)`` (genera
 ``_assisted_decoding``). Three drafters run, each with a constant draft length of ``DRAFT_TOKENS``:
 
 - ``self``: the model drafts for itself (every draft is accepted; the last burst is capped at ``max_length``);
-- ``random``: a second random build of the same architecture and vocabulary, fewer layers where the config has
-  more than ``ASSISTANT_LAYERS`` (drafts are mostly rejected, so the cache is cropped at many lengths);
+- ``random``: a second, smaller random build of the same architecture and vocabulary: at most ``ASSISTANT_LAYERS``
+  layers and always fewer than the model where its stack is uniform (drafts are mostly rejected, so the cache is
+  cropped at many lengths);
 - ``prompt_lookup``: n-gram drafts from the prompt (built as a repetition, so drafts are proposed at once).
 
 Every run must return greedy's tokens, and its per-token logits (``output_logits``) must match ONE uncached pass
@@ -41,9 +42,9 @@ from kvconform.probe.window import windows_of
 
 #: Draft tokens per burst (constant schedule), for the assistants and for prompt lookup.
 DRAFT_TOKENS = 3
-#: Layers of the ``random`` assistant where the model's stack has more, all of one kind (a real checkpoint such as
-#: SmolLM2); the shrunk sweep builds have one layer per kind already and hybrid or KV-sharing stacks tie their layers
-#: together, so those keep their layer count.
+#: Most layers of the ``random`` assistant where the model is one stack of layers of one kind: 2 of SmolLM2's 30, 1 of
+#: a shrunk sweep build's 2 (always fewer than the model, a smaller build); hybrid or KV-sharing stacks tie their
+#: layers together, so those keep their layer count.
 ASSISTANT_LAYERS = 2
 #: Windows larger than this are not crossed (the run would be that long); the main prompt is used then.
 MAX_CROSSED_WINDOW = 64
@@ -139,14 +140,16 @@ def run_lengths(prompt_length: int, windows: list[int]) -> tuple[int, int]:
 
 
 def random_assistant(model: Model, seed: int) -> Model:
-    """A second random build of the model's architecture and vocabulary (``ASSISTANT_LAYERS`` layers if it has more)."""
+    """A second random build of the model's architecture and vocabulary, smaller where its stack is uniform (fewer
+    layers: ``ASSISTANT_LAYERS`` at most)."""
     config = copy.deepcopy(model.config)
     text = config.get_text_config(decoder=True)
     layers = getattr(text, "num_hidden_layers", None)
-    if isinstance(layers, int) and layers > ASSISTANT_LAYERS and _one_uniform_stack(model, text, layers):
-        text.num_hidden_layers = ASSISTANT_LAYERS
+    if isinstance(layers, int) and layers > 1 and _one_uniform_stack(model, text, layers):
+        kept = min(ASSISTANT_LAYERS, layers - 1)
+        text.num_hidden_layers = kept
         if isinstance(getattr(text, "layer_types", None), list):
-            text.layer_types = text.layer_types[:ASSISTANT_LAYERS]
+            text.layer_types = text.layer_types[:kept]
     torch.manual_seed(seed + 1)
     dtype = next(model.parameters()).dtype
     assistant = type(model)._from_config(config, dtype=dtype)
@@ -154,10 +157,13 @@ def random_assistant(model: Model, seed: int) -> Model:
 
 
 def _one_uniform_stack(model: Model, text: Any, layers: int) -> bool:
-    """Whether the model is one stack of ``layers`` layers of one kind (so fewer layers is the same architecture)."""
+    """Whether the model is one stack of ``layers`` layers of one kind (so fewer layers is the same architecture), counted
+    by ``num_hidden_layers`` itself (BART-style configs alias it to ``encoder_layers``: a decoder-only build of theirs
+    would keep its decoder's count and size its cache by the encoder's)."""
     stacks = [len(m) for name, m in model.named_modules() if isinstance(m, torch.nn.ModuleList) and name.endswith("layers")]
     kinds = set(config_layer_types(text) or ["one"])  # recurrent_gemma before 5.24: its layers_block_type
-    return stacks == [layers] and len(kinds) == 1 and not getattr(text, "num_kv_shared_layers", 0)
+    aliased = "num_hidden_layers" in getattr(text, "attribute_map", {})
+    return stacks == [layers] and len(kinds) == 1 and not getattr(text, "num_kv_shared_layers", 0) and not aliased
 
 
 @contextmanager
