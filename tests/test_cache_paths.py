@@ -15,7 +15,7 @@ from kvconform.checks import record_checks as checks
 from kvconform.matrix import INT_QUANTIZED, QUANTIZED_KINDS, ModelSpec, Settings
 from kvconform.results import CheckResult
 from kvconform.runner import CellRunner
-from tests.conftest import TOLERANCES
+from tests.conftest import TOLERANCES, tiny
 from tests.faults import planted
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -445,6 +445,18 @@ def test_the_random_assistant_keeps_every_kind_of_block() -> None:
     assert not _one_uniform_stack(model, mixed, 3)
     assert _one_uniform_stack(model, SimpleNamespace(layer_types=None), 3)
     assert not _one_uniform_stack(model, SimpleNamespace(layer_types=["sliding_attention", "full_attention"] * 2), 3)
+
+
+def test_the_random_assistant_is_a_smaller_build_of_a_uniform_stack() -> None:
+    """A uniform stack's random assistant has fewer layers than the model (1 of a shrunk build's 2), and its cache
+    matches it; a BART-style config, whose ``num_hidden_layers`` is the encoder's count, keeps its decoder's depth."""
+    from kvconform.probe.assisted import random_assistant
+
+    llama = tiny("llama")
+    assistant = random_assistant(llama, seed=0)
+    assert llama.config.num_hidden_layers == 2 and len(assistant.model.layers) == assistant.config.num_hidden_layers == 1
+    bart = tiny("bart")
+    assert len(random_assistant(bart, seed=0).model.decoder.layers) == len(bart.model.decoder.layers)
 
 
 def test_quanto_builds_its_cpu_kernel_once_per_machine_not_per_environment(monkeypatch, tmp_path):

@@ -147,9 +147,12 @@ def random_assistant(model: Model, seed: int) -> Model:
     layers = getattr(text, "num_hidden_layers", None)
     if isinstance(layers, int) and layers > 1 and _one_uniform_stack(model, text, layers):
         kept = min(ASSISTANT_LAYERS, layers - 1)
-        text.num_hidden_layers = kept
-        if isinstance(getattr(text, "layer_types", None), list):
-            text.layer_types = text.layer_types[:kept]
+        try:
+            text.num_hidden_layers = kept
+            if isinstance(getattr(text, "layer_types", None), list):
+                text.layer_types = text.layer_types[:kept]
+        except AttributeError:  # layer kinds a read-only property derives (Mamba's, FalconH1's in 5.25): the model's depth
+            config = copy.deepcopy(model.config)
     torch.manual_seed(seed + 1)
     dtype = next(model.parameters()).dtype
     assistant = type(model)._from_config(config, dtype=dtype)
