@@ -20,7 +20,7 @@ import torch
 from kvconform.build.models import Model
 from kvconform.matrix import QUANTIZED
 from kvconform.probe import fp8_design
-from kvconform.probe.cache_io import cache_layers, compute_dtype, seq_length
+from kvconform.probe.cache_io import cache_layers, compute_dtype, greedy, seq_length
 from kvconform.probe.decode import ProbePlan, ProbeRecord, StepRecord, prefill_split, run_chunked_path, run_paths
 from kvconform.probe.forwards import Forwards
 from kvconform.probe.kv_compare import Divergence, locate_divergence
@@ -83,14 +83,6 @@ class _Uncached:
         return SimpleNamespace(logits=output.logits[:, self.offset:]) if self.offset else output
 
 
-def _greedy(logits: torch.Tensor, forbidden: set[int]) -> torch.Tensor:
-    masked = logits.float().clone()
-    ids = [i for i in forbidden if i < masked.shape[-1]]
-    if ids:
-        masked[:, ids] = float("-inf")
-    return masked.argmax(dim=-1, keepdim=True)
-
-
 def _storage(layers: list[Any]) -> list[tuple[int, int] | None]:
     out = []
     for layer in layers:
@@ -145,7 +137,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     start = time.perf_counter()
     for _ in range(plan.decode_steps):
         scores = logits[-1] if driver.processor is None else driver.processor(torch.cat(sequence, dim=1), logits[-1].float())
-        token = _greedy(scores, driver.forbidden)
+        token = greedy(scores, driver.forbidden)
         if driver.constrain is not None:
             token = driver.constrain(token, sum(part.shape[1] for part in sequence))
         sequence.append(token)

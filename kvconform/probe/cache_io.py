@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import inspect
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,16 +121,17 @@ def zero_pad_ids(model: Model) -> list[int]:
     row, weight = getattr(embeddings, "padding_idx", None), getattr(embeddings, "weight", None)
     if row is None or not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight[row].any():
         return []
-    return [row % weight.shape[0]]
+    return [row]
 
 
-def greedy(logits: torch.Tensor, excluded: list[int]) -> torch.Tensor:
-    """The next token per row, ``[B, 1]``: the highest logit among the ids not ``excluded``."""
-    excluded = [i for i in excluded if i < logits.shape[-1]]
-    if not excluded:
+def greedy(logits: torch.Tensor, excluded: Collection[int]) -> torch.Tensor:
+    """The next token per row, ``[B, 1]``: the highest logit among the ids not ``excluded`` (the causal decode's zero pad
+    row, a family's special ids)."""
+    ids = [i for i in excluded if i < logits.shape[-1]]
+    if not ids:
         return logits.argmax(dim=-1, keepdim=True)
     masked = logits.clone()
-    masked[..., excluded] = float("-inf")
+    masked[..., ids] = float("-inf")
     return masked.argmax(dim=-1, keepdim=True)
 
 
