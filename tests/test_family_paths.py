@@ -37,7 +37,7 @@ def _unexplained(model_type: str, failed: dict[str, str]) -> dict[str, str]:
 
 def _cell(model_type: str, cache: str = "dynamic") -> Cell:
     settings = Settings(dtypes=("float32",), devices=("cpu",), caches=("dynamic", "static"), tolerances=TOLERANCES,
-                        generate=True, beam=True, prefix_reuse=True, crop=True, chunked_prefill=True)
+                        generate=True, beam=True, prefix_reuse=True, crop=True, chunked_prefill=True, window_crossings=True)
     family = MODELS[model_type]
     return Cell(ModelSpec(id=f"{model_type}-family", source="synthetic", location=model_type, settings=settings, family=family),
                 "float32", "cpu", cache, "sdpa")
@@ -115,10 +115,10 @@ def test_a_static_sliding_window_with_an_image_in_the_prompt_is_crossed(runner):
 
 
 @pytest.mark.parametrize(("fault", "model_type", "fails"), [
-    ("static_wrong_slot", "llava", {"parity", "generate", "crop", "prefix_reuse"}),
+    ("static_wrong_slot", "llava", {"parity", "kv_parity", "generate", "crop", "prefix_reuse"}),
     # t5's cross-attention half is static too: its encoder states land one slot late as well.
-    ("static_wrong_slot", "t5", {"parity", "prefix_reuse", "shapes", "cross_shapes"}),
-    ("static_window_no_roll", "gemma3", {"parity", "prefix_reuse"}),
+    ("static_wrong_slot", "t5", {"parity", "kv_parity", "prefix_reuse", "shapes", "cross_shapes"}),
+    ("static_window_no_roll", "gemma3", {"parity", "kv_parity", "prefix_reuse"}),
 ])
 def test_a_static_cache_fault_is_caught_and_located_on_a_family_cell(runner, fault, model_type, fails):
     """Faults of the static layers (a decoded token written one slot late; a full sliding window that does not roll)
@@ -211,6 +211,46 @@ def test_a_cache_path_fault_is_caught_and_located_on_a_family_cell(runner, fault
     first = next(name for name in results if name in expected)
     assert words in results[first].message, results[first].message
     assert all(healthy[name].passed for name in expected), {name: healthy[name].message for name in expected}
+
+
+#: (fault, model type, cache) -> the checks it fails beyond the healthy cell's, and words of the first one's message.
+DECODE_FAULTS = {
+    # Only a prompt shorter than the window fills the layer during the decode: t5gemma's decoder prompt crossing, a
+    # vision-language model's text-only prompt (its image fills more than the shrunk window).
+    ("dynamic_window_stale_before_full", "t5gemma", "dynamic"): ({"window"}, "prompt 2 (shorter than window 4): "),
+    ("static_window_late_before_full", "t5gemma", "static"): ({"window"}, "prompt 2 (shorter than window 4): "),
+    ("dynamic_window_stale_before_full", "gemma3", "dynamic"): ({"text_only"}, "window: prompt 2 (shorter than window 4): "),
+    # A mask one key wider than the K/V attention gets: sdpa skips the mask of a one-token decode, the logits survive
+    # (llava's text-only prompt decodes through the same loop: its growth, in the text_only check, fails too).
+    ("mask_one_wide", "llava", "dynamic"): ({"growth", "text_only"}, "get_mask_sizes(1) advertises kv_length"),
+    ("mask_one_wide", "t5", "dynamic"): ({"growth"}, "get_mask_sizes(1) advertises kv_length"),
+}
+
+
+@pytest.mark.parametrize(("fault", "model_type", "cache"), sorted(DECODE_FAULTS))
+def test_a_window_or_mask_fault_of_the_one_decode_loop_is_caught_on_a_family_cell(runner, fault, model_type, cache):
+    """The family cells decode through the causal probe's own loop: a sliding layer that goes wrong before it is full is
+    caught by the window crossings (an encoder-decoder's decoder prompt, a vision-language model's text-only prompt), a
+    mask sized for other keys than attention receives by the mask-size watch of every decode step; nothing else moves."""
+    expected, words = DECODE_FAULTS[(fault, model_type, cache)]
+    healthy = _results(runner, model_type, cache)
+    with planted(fault):
+        results = _results(runner, model_type, cache)
+    failing = _failing(results) - _failing(healthy)
+    assert failing == expected, {name: results[name].message for name in failing | expected}
+    assert all(healthy[name].passed for name in expected), {name: healthy[name].message for name in expected}
+    first = next(name for name in results if name in expected)
+    assert words in results[first].message, results[first].message
+
+
+def test_family_cells_compare_their_stored_kv_and_mask_sizes_at_every_step(runner):
+    """kv_parity and the mask-size watch reach every family through the one decode loop: each layer's K/V against one
+    fresh pass, each decode step's get_mask_sizes against the K/V update() returned (the self-attention half)."""
+    for model_type in ("llava", "t5", "whisper", "qwen2_audio"):
+        results, record = _results(runner, model_type), runner.outcomes[_cell(model_type).id].record
+        assert record.kv_parity is not None and record.kv_parity.kv_layers > 0 and results["kv_parity"].passed, results["kv_parity"].message
+        assert record.mask_compared == record.plan.decode_steps * record.kv_parity.kv_layers, (model_type, record.mask_compared)
+        assert "get_mask_sizes = the K/V update() returned at every decode step" in results["growth"].message
 
 
 def _failing(results: dict[str, CheckResult]) -> set[str]:

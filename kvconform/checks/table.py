@@ -86,7 +86,7 @@ def _reuse_path_runs(settings: Settings, dtype: str, cache: str) -> bool:
 CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("parity", "cached next-token logits match one uncached pass at every decode step"),
     CheckInfo("kv_parity", "every layer's stored K/V at every position match one fresh pass over the final sequence",
-              caches=FULL_PRECISION, families=CAUSAL),
+              caches=FULL_PRECISION),
     CheckInfo("growth", "the cache grows by one position per step; each layer stores what its type keeps"),
     CheckInfo("shapes", "every layer's K/V is [B, H_kv, S_layer, head_dim] with H_kv and head_dim from the config"),
     CheckInfo("bytes", "the K/V bytes equal 2 x L x H_kv x d_head x N x B x bytes (per layer)"),
@@ -105,7 +105,7 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     # With the model's own attention: on 5.24 each of the 60 eager window cells gave its sdpa cell's verdict (docs/cache-paths.md).
     CheckInfo("window", "sliding-window and chunked layers decoded from prompts shorter than and equal to the "
               "window: parity, growth, shapes and mask sizes at every step", enabled_by="window_crossings", float32_only=True,
-              caches=FULL_PRECISION, attention="default", families=CAUSAL),
+              caches=FULL_PRECISION, attention="default", families=CACHE_PATHS),
     CheckInfo("chunked_prefill", "the prompt prefilled in chunks (generate(prefill_chunk_size=...)) equals one prefill: "
               "every chunk's logits, every K/V and conv/recurrent state, generate()'s tokens", enabled_by="chunked_prefill",
               float32_only=True, caches=FULL_PRECISION, attention="default", families=CHUNKED_PATHS, reuse_path=True),

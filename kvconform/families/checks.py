@@ -86,14 +86,19 @@ def encoder_once(probe: FamilyProbe) -> CheckResult:
 
 
 def text_only(probe: FamilyProbe, tolerance: Tolerance) -> CheckResult:
-    """A text-only prompt (no image) on the vision-language model: parity and growth as for a causal LM."""
+    """A text-only prompt (no image) on the vision-language model: parity and growth as for a causal LM, and its window
+    crossings where the cell runs them (a prompt holding the image whole is longer than a shrunk window)."""
     if probe.text_only is None:
         raise ValueError("not a vision-language cell: no text-only record")
     parity = checks.parity(probe.text_only, tolerance)
     growth = checks.growth(probe.text_only, probe.geometry)
-    passed = parity.passed and growth.passed
+    crossed = checks.window(probe.text_only, tolerance, probe.geometry) if checks.ran("window", probe.text_only) else None
+    passed = parity.passed and growth.passed and (crossed is None or crossed.passed)
     parts = [f"parity: {parity.message}"] + ([] if growth.passed else [f"growth: {growth.message}"])
+    parts += [f"window: {crossed.message}"] if crossed is not None else []
     details = {**parity.details, "seq_length_trace": growth.details.get("seq_length_trace")}
+    if crossed is not None:
+        details["window"] = crossed.details
     return CheckResult("text_only", passed, parity.measured, parity.limit, "text-only prompt: " + "\n".join(parts), details)
 
 

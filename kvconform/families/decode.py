@@ -17,16 +17,27 @@ from typing import Any
 
 import torch
 
+from kvconform.build.geometry import CacheGeometry
 from kvconform.build.models import Model
 from kvconform.matrix import QUANTIZED
 from kvconform.probe import fp8_design
 from kvconform.probe.cache_io import cache_layers, compute_dtype, greedy, seq_length
-from kvconform.probe.decode import ProbePlan, ProbeRecord, StepRecord, prefill_split, run_chunked_path, run_paths
+from kvconform.probe.decode import (
+    ProbePlan,
+    ProbeRecord,
+    StepRecord,
+    decode_greedy,
+    prefill_split,
+    run_chunked_path,
+    run_paths,
+    window_path,
+)
 from kvconform.probe.forwards import Forwards
-from kvconform.probe.kv_compare import Divergence, locate_divergence
+from kvconform.probe.kv_compare import Divergence, KVParity, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.quantized import QuantizedKVRecord
 from kvconform.probe.reference_health import prefix_instability, topk_ties
+from kvconform.probe.window import WindowRecord
 
 
 @dataclass
@@ -52,9 +63,18 @@ class Driver:
     """Positions the model prepends to the ids (a conditioning prefix): its logits and cache hold them first."""
     after_decode: Callable[[], None] | None = None
     """Called once the cached decode and its reference are done, before the paths (the encoder's call counter stops)."""
+    geometry: CacheGeometry | None = None
+    """The geometry of the cache the decode grows (an encoder-decoder's self-attention half), where the cell's window
+    crossings can read its windows; ``None``: no crossings."""
 
     def reference(self, ids: torch.Tensor) -> Any:
         return self.forwards.uncached(ids)
+
+    def pick(self, ids: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """The greedy token [rows, 1] after ``ids`` [rows, S], through the processors and constraints ``generate()`` applies."""
+        scores = logits if self.processor is None else self.processor(ids, logits.float())
+        token = greedy(scores, self.forbidden)
+        return token if self.constrain is None else self.constrain(token, ids.shape[1])
 
 
 @dataclass
@@ -115,10 +135,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     timings: dict[str, float] = {}
     forwards = driver.forwards
     prompt = forwards.prompt
-    start = time.perf_counter()
-    cache, output = forwards.cached(prompt, forwards.new_cache(plan.cache, prompt.shape[1] + plan.decode_steps))
-    timings["prefill_s"] = time.perf_counter() - start
-    logits, caches_seen, sequence = [output.logits[:, -1, :]], [], [prompt]
+    caches_seen: list[tuple[int | None, list[LayerState]]] = []
     halves: dict[str, list[list[LayerState]]] = {name: [] for name in driver.extra_halves}
     storage: dict[str, list[list[tuple[int, int] | None]]] = {name: [] for name in driver.extra_halves}
     # Every recorded tensor stays referenced until the decode ends: a freed one's memory could otherwise be handed to
@@ -133,20 +150,8 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
             storage[name].append(_storage(layers))
             held.append([(getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in layers])
 
-    snapshot(cache)
-    start = time.perf_counter()
-    for _ in range(plan.decode_steps):
-        scores = logits[-1] if driver.processor is None else driver.processor(torch.cat(sequence, dim=1), logits[-1].float())
-        token = greedy(scores, driver.forbidden)
-        if driver.constrain is not None:
-            token = driver.constrain(token, sum(part.shape[1] for part in sequence))
-        sequence.append(token)
-        cache, output = forwards.extend(token, cache)
-        logits.append(output.logits[:, -1, :])
-        snapshot(cache)
-    timings["decode_s"] = time.perf_counter() - start
-
-    full = torch.cat(sequence, dim=1)
+    decoded = decode_greedy(forwards, plan, driver.pick, snapshot, timings)
+    cache, logits, full = decoded.cache, decoded.logits, decoded.sequence
     start = time.perf_counter()
     reference = driver.reference(full).logits
     timings["reference_s"] = time.perf_counter() - start
@@ -167,7 +172,17 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         nonfinite = "uncached reference logits are not finite"
     limit = plan.locate_tolerance.limit(scale) if plan.locate_tolerance is not None else None
     located = limit is not None and max(s.max_abs_delta for s in steps) > limit
-    unstable = ties = divergence = split = None
+    unstable = ties = divergence = split = kv = None
+    fresh: Any = None
+    if quantized is None:  # one fresh pass's K/V, for the kv_parity check and the localization
+        start = time.perf_counter()
+        try:
+            fresh, _ = forwards.cached(full, forwards.new_cache(plan.cache, full.shape[1]), 1)
+            kv = kv_parity(_pairs(cache_layers(cache), cache_layers(fresh)), driver.offset + full.shape[1],
+                           preallocated=plan.cache != "dynamic")
+        except Exception as exc:  # noqa: BLE001 - a crash of the fresh pass fails kv_parity only
+            kv = KVParity(0, 0.0, None, problem=f"the fresh pass raised {type(exc).__name__}: {exc}"[:500])
+        timings["kv_parity_s"] = time.perf_counter() - start
     if located and limit is not None:
         start = time.perf_counter()
         unstable = prefix_instability(_Uncached(driver.reference, driver.offset), full, reference[:, driver.offset:],
@@ -175,13 +190,21 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         ties = topk_ties(lambda: driver.reference(full))
         # A quantized cache is judged by its design: its stored values are the quantized_kv check's (a fresh fp8 pass
         # calibrates its scale on other tokens, so its K/V are no reference).
-        divergence = _locate(driver, cache, full, plan.cache) if quantized is None else None
+        divergence = _locate(driver, cache, fresh, full) if fresh is not None else None
         if steps[0].max_abs_delta > limit:  # no cache entry read yet: which side differs (the causal probe's own)
             split = prefill_split(forwards, reference_steps[:, 0, :], steps[0].max_abs_delta, limit, type(cache).__name__)
         timings["locate_s"] = time.perf_counter() - start
     if driver.after_decode is not None:
         driver.after_decode()
     paths = run_paths(forwards, plan, reference_steps, full, cache, None, timings) if not driver.offset else {}
+    window = None
+    if plan.window and (driver.offset or driver.geometry is None):
+        window = WindowRecord([], [], 0.0, not_applicable="the crossings are not built for this family's driver (its "
+                              "positions after a conditioning prefix, or no geometry of the cache it decodes)")
+    elif plan.window and driver.geometry is not None:
+        start = time.perf_counter()
+        window = window_path(forwards, plan, driver.geometry, reference, full)
+        timings["window_s"] = time.perf_counter() - start
     chunked = None
     if plan.chunked_prefill and not driver.offset:
         start = time.perf_counter()
@@ -190,8 +213,10 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     record = ProbeRecord(
         plan=plan, dtype=str(compute_dtype(model)).removeprefix("torch."), cache_class=type(cache).__name__,
         max_cache_len=_max_cache_len(cache, plan.cache), steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
-        divergence=divergence, prefix_instability=unstable, topk_ties=ties, prefill_split=split, generate=None, timings=timings, paths=paths,
-        chunked=chunked, quantized=quantized, full_precision_delta=full_precision_delta,
+        divergence=divergence, prefix_instability=unstable, topk_ties=ties, prefill_split=split, kv_parity=kv, generate=None, timings=timings,
+        paths=paths,
+        window=window, chunked=chunked, quantized=quantized, full_precision_delta=full_precision_delta,
+        mask_compared=decoded.mask_compared, mask_problems=decoded.mask_problems,
         reference="the fp8 design reference" if quantized is not None else "the uncached reference",
     )
     heads = driver.head_rows or (lambda rows: rows)
@@ -237,15 +262,12 @@ def _pairs(decoded: list[Any], fresh: list[Any]) -> list[Any]:
     return pairs
 
 
-def _locate(driver: Driver, cache: Any, full: torch.Tensor, kind: str) -> Divergence | None:
-    """The first layer and position where the decoded cache departs from a fresh cached pass over ``full``.
+def _locate(driver: Driver, cache: Any, fresh: Any, full: torch.Tensor) -> Divergence | None:
+    """The first layer and position where the decoded cache departs from ``fresh``, one cached pass over ``full``.
 
     Layer by layer, each layer's self-attention half before its other halves (cross-attention), so a wrong
     cross-attention cache in layer 0 is named before the self-attention K/V of layer 1 it corrupts.
     """
-    fresh, _ = driver.forwards.cached(full, driver.forwards.new_cache(kind, full.shape[1]))
-    if fresh is None:
-        return None
     halves = [("", cache_layers, driver.offset + full.shape[1]), *((name, layers_of, None) for name, layers_of in driver.extra_halves.items())]
     paired = {name: _pairs(layers_of(cache), layers_of(fresh)) for name, layers_of, _ in halves}
     for index in range(max(len(pairs) for pairs in paired.values())):

@@ -20,6 +20,7 @@ from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.families import CROSS_HALF
 from kvconform.families.decode import Driver, FamilyRun, drive
+from kvconform.families.geometry import self_attention_geometry
 from kvconform.families.inputs import IMAGE_INPUTS, encoder_inputs, special_token_ids, text_ids
 from kvconform.probe.assisted import AssistedInputs
 from kvconform.probe.cache_io import cross_layers, keep_logits
@@ -100,7 +101,8 @@ def drive_encoder_decoder(model: Model, plan: ProbePlan, tensors: dict[str, torc
         counted["calls"] = len(calls)
 
     try:
-        driver = Driver(forwards, forbidden, extra_halves={CROSS_HALF: cross_layers}, constrain=constrain, after_decode=decoded)
+        driver = Driver(forwards, forbidden, extra_halves={CROSS_HALF: cross_layers}, constrain=constrain, after_decode=decoded,
+                        geometry=self_attention_geometry(model.config)[0])
         run = drive(model, plan, driver)
     finally:
         hook.remove()

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache, EncoderDecoderCache
 
+from kvconform.build.geometry import cache_geometry
 from kvconform.build.models import Model
 from kvconform.checks.table import CHECKS
 from kvconform.compat import cache_keyword
@@ -67,6 +68,7 @@ def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None
         model = inner
     keyword = cache_keyword(decoder)
     prompt_length = prompt.shape[1]
+    placed = media is not None and media.token_id is not None and bool((prompt == media.token_id).any())
     prefix_lm = model.config.model_type in prefix_lm_types()
     encoder_states: dict[str, Any] = {}
 
@@ -91,6 +93,9 @@ def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None
         if media.token_id is None:  # read by cross-attention, no placeholders: the image goes to the prefill
             return media.for_sequence(model, ids) if first == 0 else {}
         held = (ids == media.token_id).sum(dim=1)
+        if int(held.max()) == 0 and first == 0 and placed:  # a prefix of the media prompt before its placeholders
+            raise PathNotApplicable(f"a forward over positions 0-{ids.shape[1] - 1} holds none of each row's "
+                                    f"{media.tokens_per_row} placeholders: the media goes whole to the prefill")
         if int(held.max()) == 0:  # the blank image of a text-only prompt (IDEFICS), or a later call (the image again there)
             return media.for_sequence(model, ids) if first == 0 and not media.attends else media.for_step(decoder, *ids.shape)
         if first == 0 and int(held.min()) == media.tokens_per_row:
@@ -155,7 +160,8 @@ def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None
 def _driver(model: Model, prompt: torch.Tensor, media: MediaInputs | None, forbidden: set[int]) -> Driver:
     """The cell's forwards and its greedy picks; a cross-attention decoder's second half snapshotted every step."""
     cross = image_cross_attention(model) if media is not None else None
-    return Driver(media_forwards(model, prompt, media), forbidden, extra_halves={CROSS_HALF: cross_layers} if cross is not None else {})
+    return Driver(media_forwards(model, prompt, media), forbidden, extra_halves={CROSS_HALF: cross_layers} if cross is not None else {},
+                  geometry=cache_geometry(model.config))
 
 
 
@@ -216,9 +222,10 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     # A text-only prompt carries a blank image where the forward needs one (IDEFICS), as its processor makes it.
     blank = probe.blank() if needs_an_image(model) else None
     # Text only first: nothing the media run leaves on the model (rope_deltas) can reach it. On the caches the text_only
-    # check runs on only (the table's).
+    # check runs on only (the table's). Its prompt also crosses the windows, which a prompt holding the media whole
+    # cannot (its placeholders fill more than a shrunk window).
     text_caches = CHECKS["text_only"].caches
-    text_only = (drive(model, without_paths(plan), _driver(model, text, blank, forbidden))
+    text_only = (drive(model, replace(without_paths(plan), window=plan.window), _driver(model, text, blank, forbidden))
                  if text_caches is None or plan.cache in text_caches else None)
     row = [*before, *[probe.token_id] * probe.tokens_per_row, *after]
     placeholders = torch.tensor([row] * plan.batch_size, dtype=text.dtype, device=device)

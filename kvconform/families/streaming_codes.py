@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from kvconform.build.geometry import cache_geometry
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword, codec_cache_keyword
 from kvconform.families.audio import feature_extractor_class, synthetic_waveforms
@@ -146,7 +147,7 @@ def probe_streaming_codes(model: Model, plan: ProbePlan) -> StreamingRun:
     forbidden = special_token_ids(config) | {int(config.pad_token_id)}
     text = text_ids(plan.batch_size, plan.prompt_length, plan.seed, int(config.vocab_size), forbidden).to(device)
     text[:, 0] = int(config.bos_token_id)
-    run = drive(model, plan, Driver(streaming_forwards(model, text, audio.frames), forbidden))
+    run = drive(model, plan, Driver(streaming_forwards(model, text, audio.frames), forbidden, geometry=cache_geometry(config)))
     recipe = (f"{audio.recipe}; text input_ids [B, {plan.prompt_length}] (bos_token_id {config.bos_token_id} first), "
               f"each position p fed with frame p - 1 as input_ids [B, S, 1 + {audio.frames.shape[-1]}] "
               f"(audio_bos_token_id {config.audio_bos_token_id} at position 0)")

@@ -197,7 +197,8 @@ def probe_streaming_encoder(model: Model, plan: ProbePlan) -> StreamingEncoderRu
     forbidden = special_token_ids(config)
     text = text_ids(plan.batch_size, plan.prompt_length, plan.seed, int(text_config.vocab_size), forbidden).to(device)
     text[:, 0] = int(text_config.bos_token_id)
-    driver = Driver(streaming_forwards(model, text, stream), forbidden, extra_halves={ENCODER_CACHE: stream.layers})
+    driver = Driver(streaming_forwards(model, text, stream), forbidden, extra_halves={ENCODER_CACHE: stream.layers},
+                    geometry=cache_geometry(config))
     run = drive(model, plan, driver)
     factor = stream.factor
     audio = config.audio_config

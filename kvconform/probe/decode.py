@@ -223,6 +223,44 @@ def _describe_nonfinite(cached: list[torch.Tensor], reference: torch.Tensor) -> 
     return None
 
 
+@dataclass
+class Decoded:
+    """A cell's cached greedy decode: the cache it ends with, each step's next-token logits (0: the prefill's), the whole
+    sequence, and the decode steps' mask sizes against the K/V ``update()`` returned (``UpdateWatch``)."""
+
+    cache: Any
+    logits: list[torch.Tensor]
+    sequence: torch.Tensor
+    mask_compared: int
+    mask_problems: list[str]
+
+
+def decode_greedy(forwards: Forwards, plan: ProbePlan, pick: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+                  snapshot: Callable[[Any], None], timings: dict[str, float], prefill_keep: int | None = None) -> Decoded:
+    """The one decode loop of every family: prefill ``forwards.prompt`` into the cell's cache (``prefill_keep`` logits),
+    then ``plan.decode_steps`` steps each feeding ``pick(ids so far, last logits)`` [rows, 1] with the cache returned;
+    ``snapshot(cache)`` after the prefill and after every step. Every step's attention layers are watched: the mask
+    size each advertises for the step against the K/V its ``update()`` hands attention."""
+    prompt = forwards.prompt
+    start = time.perf_counter()
+    cache, output = forwards.cached(prompt, forwards.new_cache(plan.cache, prompt.shape[1] + plan.decode_steps), prefill_keep)
+    timings["prefill_s"] = time.perf_counter() - start
+    logits, sequence = [output.logits[:, -1, :]], prompt
+    snapshot(cache)
+    start = time.perf_counter()
+    watch, problems = UpdateWatch(cache), []
+    for step in range(1, plan.decode_steps + 1):
+        token = pick(sequence, logits[-1])
+        sequence = torch.cat([sequence, token], dim=1)
+        (cache, output), found = watch.step(partial(forwards.extend, token, cache), 1, step)
+        problems += found
+        logits.append(output.logits[:, -1, :])
+        snapshot(cache)
+    watch.close()
+    timings["decode_s"] = time.perf_counter() - start
+    return Decoded(cache, logits, sequence, watch.compared, problems)
+
+
 @torch.inference_mode()
 def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     """Prefill, decode ``plan.decode_steps`` greedy steps, and compare with one uncached pass."""
@@ -233,29 +271,18 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     timings: dict[str, float] = {}
 
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed, model.config.get_text_config(decoder=True).vocab_size, device)
-    start = time.perf_counter()
-    cache, output = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=prompt,
-                                          **keep_logits(model, 1))
-    timings["prefill_s"] = time.perf_counter() - start
-    cached_logits = [output.logits[:, -1, :]]
-    lengths, layer_states = [seq_length(cache)], [snapshot_layers(cache)]
-    sequence = [prompt]
+    forwards = causal_forwards(model, prompt)
+    lengths: list[int | None] = []
+    layer_states: list[list[LayerState]] = []
 
-    start = time.perf_counter()
-    watch, mask_problems, unfed = UpdateWatch(cache), [], zero_pad_ids(model)
-    for step in range(1, plan.decode_steps + 1):
-        token = greedy(cached_logits[-1], unfed)
-        sequence.append(token)
-        output, found = watch.step(partial(model, input_ids=token, use_cache=True, **{keyword: cache}), 1, step)
-        mask_problems += found
-        cache = returned_cache(output, cache)
-        cached_logits.append(output.logits[:, -1, :])
+    def snapshot(cache: Any) -> None:
         lengths.append(seq_length(cache))
         layer_states.append(snapshot_layers(cache))
-    watch.close()
-    timings["decode_s"] = time.perf_counter() - start
 
-    full = torch.cat(sequence, dim=1)
+    unfed = zero_pad_ids(model)
+    decoded = decode_greedy(forwards, plan, lambda ids, logits: greedy(logits, unfed), snapshot, timings, prefill_keep=1)
+    cache, cached_logits, full = decoded.cache, decoded.logits, decoded.sequence
+
     start = time.perf_counter()
     # The logits at positions P-1 … P+N-1 only: the reference of the prefill and of every decode step; the window
     # crossings, whose prompts are shorter, read every position.
@@ -312,13 +339,12 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
                                        lambda: model(input_ids=full, use_cache=False))
         timings["locate_s"] = time.perf_counter() - start
 
-    forwards = causal_forwards(model, prompt)
     paths = run_paths(forwards, plan, uncached_steps, full, cache, partial(run_ragged, model, plan, keyword), timings)
 
     window = None
     if plan.window:
         start = time.perf_counter()
-        window = _window(model, plan, keyword, uncached, full)
+        window = window_path(forwards, plan, cache_geometry(model.config), uncached, full)
         timings["window_s"] = time.perf_counter() - start
 
     chunked = None
@@ -365,8 +391,8 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         window=window,
         chunked=chunked,
         calls=calls,
-        mask_compared=watch.compared,
-        mask_problems=mask_problems,
+        mask_compared=decoded.mask_compared,
+        mask_problems=decoded.mask_problems,
         paths=paths,
         timings=timings,
         reference=_reference_name(plan.cache, quant_config),
@@ -376,9 +402,11 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     )
 
 
-def _window(model: Model, plan: ProbePlan, keyword: str, reference: torch.Tensor, full: torch.Tensor) -> WindowRecord:
+def window_path(forwards: Forwards, plan: ProbePlan, geometry: CacheGeometry, reference: torch.Tensor,
+                full: torch.Tensor) -> WindowRecord:
+    """The window crossings of any family's ``forwards``; a crash fails the window check only."""
     try:
-        return run_window(model, plan, keyword, cache_geometry(model.config), reference, full)
+        return run_window(forwards, plan, geometry, reference, full)
     except PathNotApplicable as exc:
         return WindowRecord([], [], 0.0, not_applicable=str(exc))
     except Exception as exc:  # noqa: BLE001 - a crash of the crossings fails the window check only

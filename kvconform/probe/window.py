@@ -15,16 +15,17 @@ a fault even where the logits survive it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 
 from kvconform.build.geometry import CacheGeometry
-from kvconform.build.models import Model
 from kvconform.compat import layer_mask_sizes
-from kvconform.probe.cache_io import cache_layers, forward_keeping_cache, new_cache, returned_cache, seq_length
+from kvconform.probe.cache_io import cache_layers, seq_length
+from kvconform.probe.forwards import Forwards
 from kvconform.probe.layer_state import LayerState, snapshot_layers
-from kvconform.probe.variants import PathNotApplicable, row_delta
+from kvconform.probe.variants import PathNotApplicable, row_delta, within_one_prefill
 
 #: Prompt lengths relative to each window: shorter (the layer fills and rolls during the decode) and equal to it (the
 #: prefill fills a static layer exactly and makes a dynamic one crop at once); longer is the main decode's prompt.
@@ -59,6 +60,8 @@ class WindowRecord:
     logit_scale: float
     error: str | None = None
     not_applicable: str | None = None
+    refused: list[str] = field(default_factory=list)
+    """Crossing prompts the cell's forwards cannot prefill alone, each with the reason (a media prompt's placeholders)."""
 
 
 def window_prompt_lengths(windows: list[int], main_prompt: int, total: int) -> list[int]:
@@ -113,10 +116,11 @@ class UpdateWatch:
 
 
 @torch.inference_mode()
-def run_window(model: Model, plan: Any, keyword: str, geometry: CacheGeometry, reference: torch.Tensor,
+def run_window(forwards: Forwards, plan: Any, geometry: CacheGeometry, reference: torch.Tensor,
                sequence: torch.Tensor) -> WindowRecord:
-    """Each crossing prefix of ``sequence`` (the main decode's P + N tokens) prefilled and decoded to its end;
-    ``reference`` is the main uncached pass [B, P+N, V]."""
+    """Each crossing prefix of ``sequence`` (the main decode's P + N tokens) prefilled and decoded to its end, on any
+    family's ``forwards``; ``reference`` is the main uncached pass [B, P+N, V]. A prefix the forwards cannot prefill alone
+    (one that splits a media prompt's placeholders or a prefix-LM's bidirectional prompt) is left out, and said."""
     windows = windows_of(geometry)
     if not windows:
         raise PathNotApplicable("the model has no sliding-window or chunked-attention layers")
@@ -125,30 +129,35 @@ def run_window(model: Model, plan: Any, keyword: str, geometry: CacheGeometry, r
     if not lengths:
         raise PathNotApplicable(f"windows {windows}: the {total}-token decode never reaches them from a shorter prompt")
     end = min(total, max(windows) + PAST_WINDOW)
-    crossings = [_crossing(model, plan.cache, keyword, reference, sequence[:, : max(end, length + 1)], length, total)
-                 for length in lengths]
-    scale = float(torch.nan_to_num(reference[:, min(lengths) - 1 :, :].float()).abs().max())
-    return WindowRecord(windows, crossings, scale)
+    crossings, refused = [], []
+    for length in lengths:
+        try:
+            within_one_prefill(forwards, length, "a crossing that prefills")
+            crossings.append(_crossing(forwards, plan.cache, reference, sequence[:, : max(end, length + 1)], length, total))
+        except PathNotApplicable as exc:
+            refused.append(f"prompt {length}: {exc}")
+    if not crossings:
+        raise PathNotApplicable(f"windows {windows}: no shorter prompt prefills alone ({'; '.join(refused)})")
+    scale = float(torch.nan_to_num(reference[:, min(c.prompt_length for c in crossings) - 1 :, :].float()).abs().max())
+    return WindowRecord(windows, crossings, scale, refused=refused)
 
 
-def _crossing(model: Model, kind: str, keyword: str, reference: torch.Tensor, sequence: torch.Tensor,
-              prompt_length: int, max_cache_len: int) -> Crossing:
+def _crossing(forwards: Forwards, kind: str, reference: torch.Tensor, sequence: torch.Tensor, prompt_length: int,
+              max_cache_len: int) -> Crossing:
     """Prefill ``prompt_length`` tokens of ``sequence`` into a fresh cache of ``kind`` (the main decode's
     ``max_cache_len``), then feed the rest of ``sequence`` token by token."""
     total = sequence.shape[1]
-    cache, output = forward_keeping_cache(model, keyword, new_cache(model, kind, max_cache_len), input_ids=sequence[:, :prompt_length])
+    cache, output = forwards.cached(sequence[:, :prompt_length], forwards.new_cache(kind, max_cache_len), 1)
     deltas = [row_delta(output.logits[:, -1, :], reference[:, prompt_length - 1, :])]
     lengths, layers, problems = [seq_length(cache)], [snapshot_layers(cache)], []
     watch = UpdateWatch(cache)
     for step, position in enumerate(range(prompt_length, total), start=1):
-        def forward(position: int = position, cache: Any = cache) -> Any:
-            return model(input_ids=sequence[:, position : position + 1], use_cache=True, **{keyword: cache})
-        output, found = watch.step(forward, 1, step)
+        (cache, output), found = watch.step(partial(forwards.extend, sequence[:, position : position + 1], cache), 1, step)
         problems += found
-        cache = returned_cache(output, cache)
         deltas.append(row_delta(output.logits[:, -1, :], reference[:, position, :]))
         lengths.append(seq_length(cache))
         layers.append(snapshot_layers(cache))
+    watch.close()
     per_step = [float(d.max()) for d in deltas]
     worst = max(range(len(per_step)), key=per_step.__getitem__)
     return Crossing(prompt_length, per_step, lengths, layers, problems, int(deltas[worst].argmax()))
