@@ -25,7 +25,8 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "vibevoice_asr": AUDIO_LANGUAGE, "bark": TEXT_TO_AUDIO, "kyutai_speech_to_text": AUDIO_LANGUAGE,
           "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO, "voxtral_realtime": AUDIO_LANGUAGE,
           "qwen3_omni_moe": TEXT_TO_AUDIO, "seamless_m4t": TEXT_TO_AUDIO, "shieldgemma2": VISION_LANGUAGE, "pi0": VISION_LANGUAGE,
-          "t5gemma": SEQ2SEQ, "t5gemma2": SEQ2SEQ}
+          "t5gemma": SEQ2SEQ, "t5gemma2": SEQ2SEQ, "encoder-decoder": SEQ2SEQ, "vision-encoder-decoder": SEQ2SEQ,
+          "speech-encoder-decoder": SPEECH_SEQ2SEQ, "canary": SPEECH_SEQ2SEQ}
 
 
 @pytest.fixture(scope="session")
@@ -67,7 +68,8 @@ def healthy(family_model):
 KNOWN_BUGS = {"csm": {"codebook_generate"},  # tools/repros/csm_uncached_generate_drops_the_text_prompt.py
               # Its cache keeps the shrunk sliding window of 4, its mask is full causal: the decode parts from the uncached
               # pass from the first step past the window (tools/repros/kyutai_speech_to_text_full_mask_over_a_sliding_cache.py).
-              "kyutai_speech_to_text": {"parity"},
+              # kv_parity: the decode's layer-1 K/V, written past the window, against one fresh pass that attends to all
+              "kyutai_speech_to_text": {"parity", "kv_parity"},
               "qwen2_5_omni": {"codebook_generate"},  # tools/repros/qwen2_5_omni_uncached_generate_feeds_the_talker_whole_sequences.py
               "qwen3_omni_moe": {"codebook_generate"}}  # tools/repros/qwen3_omni_moe_uncached_generate_feeds_the_talker_whole_sequences.py
 
@@ -153,15 +155,39 @@ def test_a_nested_encoder_is_shrunk_unlike_its_decoder_and_reads_past_the_decode
     assert all(result.passed for result in results.values()), {name: r.message for name, r in results.items() if not r.passed}
 
 
-@pytest.mark.parametrize("model_type", ["t5gemma", "t5gemma2"])
+#: The encoders of the composite encoder-decoders (a BERT, ViT or Wav2Vec2 encoder config beside a BERT decoder config)
+#: and of Canary's and Dia's ``encoder_config``: which have a KV-head field (both stacks must have it to shrink it).
+COMPOSITE = {"encoder-decoder": False, "vision-encoder-decoder": False, "speech-encoder-decoder": False, "canary": True, "dia": True}
+
+
+@pytest.mark.parametrize("model_type", sorted(COMPOSITE))
+def test_every_two_stack_config_shrinks_its_encoder_unlike_its_decoder(family_model, model_type):
+    """An encoder given as a sub-config of its own beside the decoder's (EncoderDecoder, VisionEncoderDecoder and
+    SpeechEncoderDecoder's ``encoder``, Canary's and Dia's ``encoder_config``) gets 3 layers and 2 heads (1 KV head where
+    both stacks have the field) against the decoder's 2 and 4: the cache geometry and the cross-attention K/V must come
+    from the decoder, and every check of the healthy cell passes."""
+    config = family_model(model_type).config
+    encoder, decoder = (config.encoder_config, config.decoder_config) if hasattr(config, "encoder_config") else (config.encoder, config.decoder)
+    assert (encoder.num_hidden_layers, encoder.num_attention_heads, decoder.num_hidden_layers, decoder.num_attention_heads) == (3, 2, 2, 4)
+    assert (getattr(encoder, "num_key_value_heads", None) == 1) == COMPOSITE[model_type]
+    probe, results = probe_and_check(family_model(model_type), MODELS[model_type])
+    assert len(probe.record.steps[-1].layers) == 2 and all(result.passed for result in results.values()), \
+        {name: r.message for name, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("model_type", ["t5gemma", "t5gemma2", "encoder-decoder", "canary"])
 def test_a_geometry_read_from_the_nested_encoder_is_caught(family_model, model_type, monkeypatch):
-    """Planted: the cache geometry read from the encoder sub-config. The encoder's 3 layers and 1 KV head differ from
-    the decoder's cache, so the shape and byte rows of both halves fail naming the layer count, while the decode passes
-    (with equal halves the fault read the same numbers and went unseen)."""
+    """Planted: the cache geometry read from the encoder sub-config. The encoder's 3 layers and 2 heads (1 KV head)
+    differ from the decoder's cache, so the shape and byte rows of both halves fail naming the layer count, while the
+    decode passes (with equal halves the fault read the same numbers and went unseen)."""
     from kvconform.families import geometry
 
-    monkeypatch.setattr(geometry, "_decoder_config", lambda config: getattr(config.encoder, "text_config", config.encoder))
-    _, results = probe_and_check(family_model(model_type), SEQ2SEQ)
+    def encoder_config(config: Any) -> Any:
+        encoder = getattr(config, "encoder_config", None) or config.encoder
+        return getattr(encoder, "text_config", encoder)
+
+    monkeypatch.setattr(geometry, "_decoder_config", encoder_config)
+    _, results = probe_and_check(family_model(model_type), MODELS[model_type])
     failed = {name for name, result in results.items() if not result.passed}
     assert failed == {"shapes", "bytes", "cross_shapes", "cross_bytes"}, failed
     assert results["shapes"].message == "cache has 2 layers, the config has 3 decoder layers", results["shapes"].message
@@ -702,11 +728,12 @@ def test_a_text_to_unit_decoder_is_driven_on_what_generate_hands_it(healthy, fam
 def test_a_t2u_cross_half_computed_from_another_encoder_input_is_caught_and_located(family_model):
     """SeamlessM4T's t2u decode steps that recompute the cross-attention K/V from the t2u encoder's input instead of its
     output: the same length in every layer, so growth, shapes and bytes of both halves pass; parity fails from decode
-    step 1, located at layer 0's cross-attention keys, and encoder_once sees the cross half rewritten."""
+    step 1, located at layer 0's cross-attention keys, kv_parity in the self-attention K/V that read wrote, and encoder_once
+    sees the cross half rewritten."""
     with planted("t2u_cross_from_encoder_input"):
         _, results = probe_and_check(family_model("seamless_m4t"), TEXT_TO_AUDIO)
     failed = {name for name, result in results.items() if not result.passed}
-    assert failed == {"parity", "codebook_parity", "encoder_once", "codebook_generate"}, failed
+    assert failed == {"parity", "kv_parity", "codebook_parity", "encoder_once", "codebook_generate"}, failed
     parity = results["parity"].message
     assert "diverge from the uncached reference at decode step 1" in parity, parity
     assert "first K/V divergence at layer 0, position 0 (cross-attention keys): values differ" in parity, parity
@@ -900,14 +927,15 @@ def test_a_streaming_model_gets_each_positions_codec_frame(healthy):
 
 def test_a_decode_step_fed_the_frame_of_another_position_is_caught_and_located():
     """Decode steps that embed the previous position's codec frame: parity fails from decode step 1, located at layer 0
-    at the first decoded position; every other check of the cell passes (within its window it is healthy)."""
+    at the first decoded position, and the K/V those steps stored differ from one fresh pass (kv_parity); every other check
+    of the cell passes (within its window it is healthy)."""
     model = _kyutai_within_its_window()
     _, healthy_results = probe_and_check(model, AUDIO_LANGUAGE)
     assert all(r.passed for r in healthy_results.values()), {n: r.message for n, r in healthy_results.items() if not r.passed}
     with planted("frame_one_behind"):
         probe, results = probe_and_check(model, AUDIO_LANGUAGE)
     failed = {name for name, result in results.items() if not result.passed}
-    assert failed == {"parity"}, {name: results[name].message for name in failed}
+    assert failed == {"parity", "kv_parity"}, {name: results[name].message for name in failed}
     prompt = probe.record.plan.prompt_length
     message = results["parity"].message
     assert "from decode step 1" in message or "at decode step 1" in message, message
@@ -942,12 +970,12 @@ def test_a_streaming_encoder_advances_its_own_cache_beside_the_decoders(healthy,
 def test_a_decode_step_fed_the_previous_time_steps_audio_is_caught_and_located(family_model):
     """Decode steps whose encoder runs on the previous text position's audio: parity fails from decode step 1, located in
     the decoder cache's layer 0 (its sliding window of 4 keeps the last 3 of the 14 positions: 11-13, every one
-    decoded); every other check of the cell passes."""
+    decoded), and the K/V those steps stored differ from one fresh pass (kv_parity); every other check of the cell passes."""
     model = family_model("voxtral_realtime")
     with planted("audio_one_step_behind"):
         _, results = probe_and_check(model, AUDIO_LANGUAGE)
     failed = {name for name, result in results.items() if not result.passed}
-    assert failed == {"parity"}, {name: results[name].message for name in failed}
+    assert failed == {"parity", "kv_parity"}, {name: results[name].message for name in failed}
     message = results["parity"].message
     assert "at decode step 1" in message and "steps over the limit: [1, 2, 3, 4, 5, 6, 7, 8] of 9" in message, message
     assert "first K/V divergence at layer 0, position 11 (keys)" in message, message

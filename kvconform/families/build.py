@@ -60,26 +60,35 @@ TOWER_SIZES = {
 ENCODER_SIZES = {"encoder_layers": 3, "num_encoder_layers": 3, "encoder_attention_heads": 2, "num_encoder_attention_heads": 2}
 T5_ENCODER_LAYERS = ("num_layers", "num_decoder_layers")
 #: The same for an encoder given as a sub-config of its own (T5Gemma's ``encoder``, T5Gemma 2's ``encoder.text_config``,
-#: beside a ``decoder`` sub-config): 3 layers, 2 heads and 1 KV head against the decoder's 2, 4 and 2 (2 heads divide
-#: hidden 64, 1 KV head divides 2 heads, head_dim stays 16; cross-attention reads the encoder's hidden size). Only where the encoder is the decoder's kind
-#: of stack, all three fields positive; per-layer lists (``layer_types``) repeat their pattern to the new depth.
+#: beside a ``decoder`` sub-config; Canary's and Dia's ``encoder_config`` beside ``decoder_config``; the composite
+#: encoder-decoders' ``encoder`` and ``decoder``, a BERT, ViT or Wav2Vec2 encoder): 3 layers, 2 heads and (where both
+#: stacks have the field) 1 KV head against the decoder's 2, 4 and 2 (2 heads divide hidden 64, 1 KV head divides 2
+#: heads; cross-attention reads the encoder's hidden size). Only where both stacks set the layer and head counts;
+#: per-layer lists (``layer_types``) repeat their pattern to the new depth.
 NESTED_ENCODER_SIZES = {"num_hidden_layers": 3, "num_attention_heads": 2, "num_key_value_heads": 1}
+#: The (encoder, decoder) sub-config fields of the configs that nest both stacks.
+NESTED_HALVES = (("encoder", "decoder"), ("encoder_config", "decoder_config"))
 
 
 def _unequal_nested_halves(values: dict[str, Any]) -> None:
-    """``NESTED_ENCODER_SIZES`` in place on the encoder sub-config of a config with ``encoder`` and ``decoder`` ones."""
-    encoder, decoder = values.get("encoder"), values.get("decoder")
-    if not isinstance(encoder, dict) or not isinstance(decoder, dict):
-        return
+    """``NESTED_ENCODER_SIZES`` in place on the encoder sub-config of a config with encoder and decoder ones."""
+    for encoder_key, decoder_key in NESTED_HALVES:
+        encoder, decoder = values.get(encoder_key), values.get(decoder_key)
+        if isinstance(encoder, dict) and isinstance(decoder, dict):
+            _shrink_nested_encoder(encoder, decoder)
+
+
+def _shrink_nested_encoder(encoder: dict[str, Any], decoder: dict[str, Any]) -> None:
     nested = encoder.get("text_config")
     text: dict[str, Any] = nested if isinstance(nested, dict) else encoder
-    if not all(_is_positive(text.get(key)) and _is_positive(decoder.get(key)) for key in NESTED_ENCODER_SIZES):
+    sizes = {key: size for key, size in NESTED_ENCODER_SIZES.items() if _is_positive(text.get(key)) and _is_positive(decoder.get(key))}
+    if not {"num_hidden_layers", "num_attention_heads"} <= set(sizes):
         return
     depth = int(text["num_hidden_layers"])
     for key, value in list(text.items()):
         if isinstance(value, list) and len(value) == depth > 0:
-            text[key] = [value[i % depth] for i in range(NESTED_ENCODER_SIZES["num_hidden_layers"])]
-    text.update(NESTED_ENCODER_SIZES)
+            text[key] = [value[i % depth] for i in range(sizes["num_hidden_layers"])]
+    text.update(sizes)
 
 
 def _unequal_halves(values: dict[str, Any]) -> None:
@@ -201,6 +210,8 @@ def _shrunk_values(model_type: str, family: str) -> dict[str, Any]:
         _scale_grid(merged)
     if family in (SEQ2SEQ, SPEECH_SEQ2SEQ):
         _unequal_halves(merged)
+    else:  # an encoder and a decoder nested in another family's config (Dia's text encoder, T5Gemma 2's image-text one)
+        _unequal_nested_halves(merged)
     # Only what changed goes back in (sub-configs whole), as the causal shrink does.
     values = {key: value for key, value in merged.items() if value != full.get(key)}
     merge_overrides(values, fixes)
