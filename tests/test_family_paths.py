@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvconform.cells import Cell
+from kvconform.checks.table import INT_KINDS
 from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
 from kvconform.families import checks as family_checks
 from kvconform.matrix import ModelSpec, Settings
@@ -56,7 +57,8 @@ def _results(runner: CellRunner, model_type: str, cache: str = "dynamic") -> dic
     runs: the core checks, the generate paths and the family's own."""
     outcome, cell = _outcome(runner, model_type, cache), _cell(model_type, cache)
     results = family_checks.run_all_family(outcome.family, cell.spec.family, cell.tolerance)
-    assert ("generate" in results) == (cache != "quantized") and ("beam" in results) == (cache == "dynamic"), sorted(results)
+    quantized = cache not in ("dynamic", "static")
+    assert ("generate" in results) == (not quantized) and ("beam" in results) == (cache in ("dynamic", *INT_KINDS)), sorted(results)
     return results
 
 
@@ -290,6 +292,30 @@ def test_the_fp8_cache_runs_on_multimodal_cells_judged_by_its_design(runner, mod
     assert failed.keys() == {"quantized_kv", "parity"}, failed
     assert f"position {prompt} (keys): the dequantized cache differs from the fp8 design" in failed["quantized_kv"], failed
 
+
+
+#: (model type, cache) -> per planted fault, the checks it fails (the causal llama-int cells' sets, through the adapter).
+INT_FAULTS = {"int_residual_flushed_late": ({"parity", "bytes", "quantized_kv", "reorder", "beam"}, "after decode step 3 the cache holds"),
+              "int_block_other_scale": ({"parity", "quantized_kv", "reorder", "beam"}, "(keys): the stored packed values with their scale")}
+
+
+@pytest.mark.parametrize(("model_type", "cache", "fault"), [("llava", "hqq-int4", "int_residual_flushed_late"),
+                                                            ("qwen2_audio", "quanto-int2", "int_block_other_scale")])
+def test_the_integer_caches_run_on_multimodal_cells_judged_by_their_design(runner, model_type, cache, fault):
+    """quanto and HQQ caches on vision- and audio-language cells, built as generate(cache_implementation="quantized",
+    cache_config=...) builds them and judged against the residual design through the family's forwards (the causal
+    cells' design reference, one code): healthy, every check passes at Δ 0 against the design; a residual flushed one
+    step late, or a group stored with its neighbour's scale, fails the same checks as on a causal cell, located."""
+    healthy = _results(runner, model_type, cache)
+    assert not _failing(healthy), {n: r.message for n, r in healthy.items() if not r.passed}
+    assert {"quantized_kv", "reorder", "between_calls", "beam"} <= healthy.keys()
+    assert "design reference (residual_length" in healthy["parity"].message and healthy["parity"].measured == "0.00e+00", healthy["parity"].message
+    expected, words = INT_FAULTS[fault]
+    with planted(fault):
+        results = _results(runner, model_type, cache)
+    assert _failing(results) == expected, {n: r.message for n, r in results.items() if not r.passed}
+    located = "bytes" if "bytes" in expected else "quantized_kv"
+    assert words in results[located].message, results[located].message
 
 
 #: per model type: the checks the planted prefill split fails beyond the healthy cell's; llava's media_calls compares

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvconform.families import CAUSAL_LM, ENCODER_DECODER, FAMILIES, MULTIMODAL, TEXT_TO_AUDIO
+from kvconform.families import CAUSAL_LM, ENCODER_DECODER, FAMILIES, INT_CACHES, MULTIMODAL, TEXT_TO_AUDIO
 
 if TYPE_CHECKING:  # matrix.py reads the table to validate known-failure keys
     from kvconform.matrix import Settings
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # matrix.py reads the table to validate known-failure keys
 #: saturates), so quantized cells are judged against the fp8 design instead (docs/cache-paths.md).
 FULL_PRECISION = ("dynamic", "static")
 #: The integer-quantized cache kinds (``matrix.INT_QUANTIZED``'s keys): quanto and HQQ, judged against their residual design.
-INT_KINDS = ("quanto-int4", "quanto-int2", "hqq-int4", "hqq-int2")
+INT_KINDS = INT_CACHES
 #: The quantized cache kinds (``matrix.QUANTIZED_KINDS``; kept here, as the matrix reads this table).
 QUANTIZED_KINDS = ("quantized", *INT_KINDS)
 CAUSAL = (CAUSAL_LM,)

@@ -20,12 +20,15 @@ FAMILIES = (CAUSAL_LM, VISION_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, AUDIO_LANGUAGE,
 MULTIMODAL = (VISION_LANGUAGE, AUDIO_LANGUAGE)
 ENCODER_DECODER = (SEQ2SEQ, SPEECH_SEQ2SEQ)
 
+#: The integer-quantized cache kinds (``matrix.INT_QUANTIZED``'s keys; plain data here, as the matrix reads this module).
+INT_CACHES = ("quanto-int4", "quanto-int2", "hqq-int4", "hqq-int2")
 #: The caches a family cell runs, of its settings' (the cache-path axes beyond them are built for causal LMs only): the
 #: static cache, as generate(cache_implementation="static") builds it, for the families whose drivers take a cache; the
-#: fp8 quantized cache where generate() builds one, decoder-only models (it raises for encoder-decoders,
-#: generation/utils.py:2310-2315 in 5.24), judged by its design as causal cells are. Codebook decoders keep the dynamic
+#: quantized caches (fp8, quanto, HQQ) where generate() builds one, decoder-only models (it raises for encoder-decoders,
+#: generation/utils.py:2310-2315 in 5.24), judged by their design as causal cells are. Codebook decoders keep the dynamic
 #: cache (their driver builds none).
-FAMILY_CACHES = {VISION_LANGUAGE: ("dynamic", "static", "quantized"), AUDIO_LANGUAGE: ("dynamic", "static", "quantized"),
+MULTIMODAL_CACHES = ("dynamic", "static", "quantized", *INT_CACHES)
+FAMILY_CACHES = {VISION_LANGUAGE: MULTIMODAL_CACHES, AUDIO_LANGUAGE: MULTIMODAL_CACHES,
                  SEQ2SEQ: ("dynamic", "static"), SPEECH_SEQ2SEQ: ("dynamic", "static"), TEXT_TO_AUDIO: ("dynamic",)}
 
 #: Suffix of a family sweep's ids (``t5-s2s``): a model_type can be in several families (bart: causal-lm and seq2seq).

@@ -19,15 +19,17 @@ import torch
 
 from kvconform.build.geometry import CacheGeometry
 from kvconform.build.models import Model
-from kvconform.matrix import QUANTIZED
-from kvconform.probe import fp8_design
+from kvconform.build.support import int_cache_config
+from kvconform.matrix import INT_QUANTIZED, QUANTIZED_KINDS
 from kvconform.probe.cache_io import cache_layers, compute_dtype, greedy, seq_length
 from kvconform.probe.decode import (
     ProbePlan,
     ProbeRecord,
     StepRecord,
     decode_greedy,
+    design_reference,
     prefill_split,
+    reference_name,
     run_chunked_path,
     run_paths,
     window_path,
@@ -35,7 +37,6 @@ from kvconform.probe.decode import (
 from kvconform.probe.forwards import Forwards
 from kvconform.probe.kv_compare import Divergence, KVParity, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
-from kvconform.probe.quantized import QuantizedKVRecord
 from kvconform.probe.reference_health import prefix_instability, topk_ties
 from kvconform.probe.window import WindowRecord
 
@@ -158,11 +159,12 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     prompt_length = prompt.shape[1]
     reference_steps = reference[:, driver.offset + prompt_length - 1:, :]
     quantized = full_precision_delta = None
-    if plan.cache == QUANTIZED:  # judged against the fp8 design, as causal cells are; full precision is a finding
+    quant_config = int_cache_config(model.config, plan.cache) if plan.cache in INT_QUANTIZED else None
+    if plan.cache in QUANTIZED_KINDS:  # judged against the backend's design, as causal cells are; full precision is a finding
         start = time.perf_counter()
         full_precision_delta = max(float((step_logits.float() - reference_steps[:, k, :].float()).abs().max())
                                    for k, step_logits in enumerate(logits))
-        reference_steps, quantized = _fp8_design_reference(model, forwards, full, prompt_length, cache)
+        reference_steps, quantized = design_reference(model, forwards, full, prompt_length, cache, quant_config)
         timings["design_reference_s"] = time.perf_counter() - start
     steps = [step_record(k, caches_seen[k], step_logits, reference_steps[:, k, :]) for k, step_logits in enumerate(logits)]
     finite = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
@@ -217,25 +219,12 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         paths=paths,
         window=window, chunked=chunked, quantized=quantized, full_precision_delta=full_precision_delta,
         mask_compared=decoded.mask_compared, mask_problems=decoded.mask_problems,
-        reference="the fp8 design reference" if quantized is not None else "the uncached reference",
+        quant_config=quant_config, reference=reference_name(plan.cache, quant_config),
     )
     heads = driver.head_rows or (lambda rows: rows)
     row_deltas = [(heads(step_logits).float() - heads(reference_steps[:, k, :]).float()).abs().nan_to_num(nan=float("inf")).amax(-1).tolist()
                   for k, step_logits in enumerate(logits)]
     return FamilyRun(record, halves, storage, cache, full, row_deltas)
-
-
-def _fp8_design_reference(model: Model, forwards: Forwards, full: torch.Tensor, prompt_length: int,
-                          cache: Any) -> tuple[torch.Tensor, QuantizedKVRecord]:
-    """The same prefill and decode through ``QuantizedCache(backend="fp8")``'s design on full-precision storage
-    (``probe/fp8_design.py``), given the family's forwards: its logits [B, N+1, V], and the real cache's stored values
-    compared with the design's."""
-    design, output = forwards.cached(full[:, :prompt_length], fp8_design.design_cache(model))
-    logits = [output.logits[:, -1, :]]
-    for position in range(prompt_length, full.shape[1]):
-        design, output = forwards.extend(full[:, position:position + 1], design)
-        logits.append(output.logits[:, -1, :])
-    return torch.stack(logits, dim=1), fp8_design.compare_with_design(cache, design)
 
 
 def _max_cache_len(cache: Any, kind: str) -> int | None:

@@ -295,7 +295,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     if plan.cache in QUANTIZED_KINDS:  # judged against the backend's design (fp8_design.py, int_design.py); full precision is a finding
         start = time.perf_counter()
         full_precision_delta = max(_compare(logits, reference_steps[:, k, :])[0] for k, logits in enumerate(cached_logits))
-        reference_steps, quantized = _design_reference(model, keyword, full, plan.prompt_length, cache, quant_config)
+        reference_steps, quantized = design_reference(model, forwards, full, plan.prompt_length, cache, quant_config, prefill_keep=1)
         timings["design_reference_s"] = time.perf_counter() - start
 
     steps = []
@@ -395,7 +395,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         mask_problems=decoded.mask_problems,
         paths=paths,
         timings=timings,
-        reference=_reference_name(plan.cache, quant_config),
+        reference=reference_name(plan.cache, quant_config),
         quantized=quantized,
         quant_config=quant_config,
         full_precision_delta=full_precision_delta,
@@ -520,21 +520,26 @@ def _decode_deltas(model: Model, keyword: str, plan: ProbePlan, full: torch.Tens
     return deltas
 
 
-def _reference_name(cache: str, config: dict[str, Any] | None) -> str:
+def reference_name(cache: str, config: dict[str, Any] | None) -> str:
+    """What a cell's cached logits are compared with, in words."""
     if config is not None:
         return (f"the {config['backend']} int{config['nbits']} design reference (residual_length {config['residual_length']}, "
                 f"q_group_size {config['q_group_size']})")
     return "the fp8 design reference" if cache in QUANTIZED_KINDS else "the uncached reference"
 
 
-def _design_reference(model: Model, keyword: str, full: torch.Tensor, prompt_length: int, cache: Any,
-                      config: dict[str, Any] | None) -> tuple[torch.Tensor, QuantizedKVRecord | IntQuantizedRecord]:
-    """The same prefill and decode through the backend's design on full-precision storage (fp8: ``config`` None):
-    its logits [B, N+1, V] and the real cache's stored values compared with the design's."""
+def design_reference(model: Model, forwards: Forwards, full: torch.Tensor, prompt_length: int, cache: Any,
+                     config: dict[str, Any] | None, prefill_keep: int | None = None,
+                     ) -> tuple[torch.Tensor, QuantizedKVRecord | IntQuantizedRecord]:
+    """The cell's prefill (``prefill_keep`` logits, as its decode kept) and decode of ``full`` through the backend's design
+    on full-precision storage (fp8: ``config`` None), given any family's ``forwards``: its logits [B, N+1, V], and the
+    real cache's stored values compared with the design's. ``model`` sizes the design cache (its decoder's layers)."""
     design = fp8_design.design_cache(model) if config is None else int_design.design_cache(model, config)
-    logits = [model(input_ids=full[:, :prompt_length], use_cache=True, **keep_logits(model, 1), **{keyword: design}).logits[:, -1, :]]
+    design, output = forwards.cached(full[:, :prompt_length], design, prefill_keep)
+    logits = [output.logits[:, -1, :]]
     for position in range(prompt_length, full.shape[1]):
-        logits.append(model(input_ids=full[:, position : position + 1], use_cache=True, **{keyword: design}).logits[:, -1, :])
+        design, output = forwards.extend(full[:, position : position + 1], design)
+        logits.append(output.logits[:, -1, :])
     record = (fp8_design.compare_with_design(cache, design) if config is None
               else int_design.compare_with_design(cache, design, config))
     return torch.stack(logits, dim=1), record

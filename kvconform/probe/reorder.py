@@ -59,19 +59,21 @@ def run_reorder(forwards: Forwards, plan: Any, sequence: torch.Tensor) -> PathRe
         raise PathNotApplicable(f"batch_size {batch}: reordering needs at least 2 rows")
     order = torch.roll(torch.arange(batch, device=sequence.device), 1)
     cache, _ = forwards.cached(sequence[:, :prompt_length], forwards.new_cache(plan.cache, total), keep=1)
-    by_hand = _rows_moved(copy.deepcopy(cache), order) if plan.cache == "quantized" or forwards.row_inputs else None
-    if plan.cache in INT_QUANTIZED:
+    by_hand: Any = None
+    if plan.cache in INT_QUANTIZED:  # per-row inputs or not: no per-row tensor of its groups can be moved by hand
         from kvconform.probe.int_design import design_cache
 
         by_hand, _ = forwards.cached(sequence[:, :prompt_length], design_cache(model, int_cache_config(model.config, plan.cache)), keep=1)
         by_hand.reorder_cache(order)
+    elif plan.cache == "quantized" or forwards.row_inputs:
+        by_hand = _rows_moved(copy.deepcopy(cache), order)
     api, before, identity = ApiRecord(), layer_tensors(cache), torch.arange(batch, device=sequence.device)
     cache.reorder_cache(identity)
     change = first_change(before, _without_deferred_identity(layer_tensors(cache), before, identity))
     if change:
         api.problems.append(f"reorder_cache(identity {list(range(batch))}) changed the prefilled cache: {change}")
     cache.reorder_cache(order)
-    if forwards.row_inputs and by_hand is not None:  # where the reference is the same cache moved by hand: which tensor differs
+    if forwards.row_inputs and plan.cache not in INT_QUANTIZED:  # the reference is the same cache moved by hand: which tensor differs
         moved = first_change(layer_tensors(by_hand), layer_tensors(cache))
         if moved:
             api.problems.append(f"reorder_cache({order.tolist()}) left the cache unlike its rows moved by hand: {moved}")
