@@ -25,13 +25,14 @@ from kvconform.probe.cache_io import cache_layers, compute_dtype, greedy, seq_le
 from kvconform.probe.decode import (
     ProbePlan,
     ProbeRecord,
-    StepRecord,
     decode_greedy,
+    describe_nonfinite,
     design_reference,
     prefill_split,
     reference_name,
     run_chunked_path,
     run_paths,
+    step_record,
     window_path,
 )
 from kvconform.probe.forwards import Forwards
@@ -119,17 +120,6 @@ class _Layers:
         self.layers = layers
 
 
-def step_record(step: int, seen: tuple[int | None, list[Any]], logits: torch.Tensor, ref: torch.Tensor) -> StepRecord:
-    delta = torch.nan_to_num((logits.float() - ref.float()).abs(), nan=float("inf"))
-    row, vocab_id = divmod(int(delta.argmax()), delta.shape[-1])
-    top = ref.float().topk(2, dim=-1).values
-    return StepRecord(
-        step=step, seq_length=seen[0], layers=seen[1], max_abs_delta=float(delta.max()),
-        worst_row=row, worst_vocab_id=vocab_id, cached_argmax=logits.argmax(-1).tolist(),
-        reference_argmax=ref.argmax(-1).tolist(), reference_top2_margin=(top[:, 0] - top[:, 1]).tolist(),
-    )
-
-
 @torch.inference_mode()
 def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     """Run the cached decode and the uncached reference for one family cell."""
@@ -169,9 +159,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     steps = [step_record(k, caches_seen[k], step_logits, reference_steps[:, k, :]) for k, step_logits in enumerate(logits)]
     finite = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     scale = float(finite.abs().max())
-    nonfinite = next((f"cached logits at step {k} are not finite" for k, step_logits in enumerate(logits) if not torch.isfinite(step_logits).all()), None)
-    if nonfinite is None and not torch.isfinite(reference_steps).all():
-        nonfinite = "uncached reference logits are not finite"
+    nonfinite = describe_nonfinite(logits, reference_steps)
     limit = plan.locate_tolerance.limit(scale) if plan.locate_tolerance is not None else None
     located = limit is not None and max(s.max_abs_delta for s in steps) > limit
     unstable = ties = divergence = split = kv = None

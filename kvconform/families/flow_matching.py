@@ -31,11 +31,10 @@ from kvconform.build.models import Model
 from kvconform.checks.table import CHECK_TABLE
 from kvconform.compat import cache_keyword
 from kvconform.families import VISION_LANGUAGE
-from kvconform.families.decode import step_record
 from kvconform.families.inputs import special_token_ids, text_ids
 from kvconform.families.processors import image_processor_class, run_processor
 from kvconform.probe.cache_io import cache_layers, compute_dtype, returned_cache, seq_length
-from kvconform.probe.decode import OwnCache, ProbePlan, ProbeRecord
+from kvconform.probe.decode import OwnCache, ProbePlan, ProbeRecord, step_record
 from kvconform.probe.kv_compare import locate_divergence
 from kvconform.probe.layer_state import snapshot_layers
 from kvconform.transformers_memo import auto_mapping

@@ -214,7 +214,17 @@ def _top2_margin(logits: torch.Tensor) -> list[float]:
     return (top[:, 0] - top[:, 1]).tolist()
 
 
-def _describe_nonfinite(cached: list[torch.Tensor], reference: torch.Tensor) -> str | None:
+def step_record(step: int, seen: tuple[int | None, list[LayerState]], logits: torch.Tensor, ref: torch.Tensor) -> StepRecord:
+    """Step ``step``'s cached next-token logits [rows, V] against the reference's: ``seen`` is the cache's
+    ``get_seq_length()`` and layer snapshots after it."""
+    delta, row, vocab_id = _compare(logits, ref)
+    return StepRecord(step=step, seq_length=seen[0], layers=seen[1], max_abs_delta=delta, worst_row=row, worst_vocab_id=vocab_id,
+                      cached_argmax=logits.argmax(-1).tolist(), reference_argmax=ref.argmax(-1).tolist(),
+                      reference_top2_margin=_top2_margin(ref))
+
+
+def describe_nonfinite(cached: list[torch.Tensor], reference: torch.Tensor) -> str | None:
+    """Where the cached logits (first) or the reference's are not finite, in words; ``None``: both are."""
     for step, logits in enumerate(cached):
         if not torch.isfinite(logits).all():
             return f"cached logits at step {step} are not finite"
@@ -298,18 +308,8 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         reference_steps, quantized = design_reference(model, forwards, full, plan.prompt_length, cache, quant_config, prefill_keep=1)
         timings["design_reference_s"] = time.perf_counter() - start
 
-    steps = []
-    for step, logits in enumerate(cached_logits):
-        ref = reference_steps[:, step, :]
-        delta, row, vocab_id = _compare(logits, ref)
-        steps.append(
-            StepRecord(
-                step=step, seq_length=lengths[step], layers=layer_states[step],
-                max_abs_delta=delta, worst_row=row, worst_vocab_id=vocab_id,
-                cached_argmax=logits.argmax(-1).tolist(), reference_argmax=ref.argmax(-1).tolist(),
-                reference_top2_margin=_top2_margin(ref),
-            )
-        )
+    steps = [step_record(step, (lengths[step], layer_states[step]), logits, reference_steps[:, step, :])
+             for step, logits in enumerate(cached_logits)]
 
     finite_ref = torch.nan_to_num(reference_steps.float(), nan=0.0, posinf=0.0, neginf=0.0)
     logit_scale = float(finite_ref.abs().max())
@@ -380,7 +380,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         steps=steps,
         logit_scale=logit_scale,
         located=located,
-        nonfinite=_describe_nonfinite(cached_logits, reference_steps),
+        nonfinite=describe_nonfinite(cached_logits, reference_steps),
         divergence=divergence,
         kv_parity=kv,
         prefix_instability=unstable,
