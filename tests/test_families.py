@@ -26,7 +26,7 @@ MODELS = {"t5": SEQ2SEQ, "bart": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "llava": VI
           "qwen2_5_omni": TEXT_TO_AUDIO, "higgs_audio_v2": TEXT_TO_AUDIO, "voxtral_realtime": AUDIO_LANGUAGE,
           "qwen3_omni_moe": TEXT_TO_AUDIO, "seamless_m4t": TEXT_TO_AUDIO, "shieldgemma2": VISION_LANGUAGE, "pi0": VISION_LANGUAGE,
           "t5gemma": SEQ2SEQ, "t5gemma2": SEQ2SEQ, "encoder-decoder": SEQ2SEQ, "vision-encoder-decoder": SEQ2SEQ,
-          "speech-encoder-decoder": SPEECH_SEQ2SEQ, "canary": SPEECH_SEQ2SEQ}
+          "speech-encoder-decoder": SPEECH_SEQ2SEQ, "canary": SPEECH_SEQ2SEQ, "qwen3_vl_moe": VISION_LANGUAGE}
 
 
 @pytest.fixture(scope="session")
@@ -979,3 +979,17 @@ def test_a_decode_step_fed_the_previous_time_steps_audio_is_caught_and_located(f
     message = results["parity"].message
     assert "at decode step 1" in message and "steps over the limit: [1, 2, 3, 4, 5, 6, 7, 8] of 9" in message, message
     assert "first K/V divergence at layer 0, position 11 (keys)" in message, message
+
+
+def test_a_family_cell_with_a_router_gets_the_selection_replay_when_parity_fails(family_model):
+    """The causal probe's selection replay reaches family cells through the one decode code: a decoded token written one
+    slot late on Qwen3-VL-MoE (its experts picked by a top-k router) fails parity; the uncached selections are recorded
+    and replayed, the decode still leaves the reference, so the cache is blamed, not a router tie."""
+    from tests.faults import planted as planted_cache_fault
+
+    with planted_cache_fault("write_late"):
+        probe, results = probe_and_check(family_model("qwen3_vl_moe"), VISION_LANGUAGE)
+    replay = probe.record.replay
+    assert replay is not None and replay.selections > 0 and replay.step_max_abs_delta, replay
+    message = results["parity"].message
+    assert message.startswith("[cache fault]") and "with the uncached selections replayed, max |Δlogit|" in message, message

@@ -25,6 +25,7 @@ from kvconform.probe.cache_io import cache_layers, compute_dtype, greedy, seq_le
 from kvconform.probe.decode import (
     ProbePlan,
     ProbeRecord,
+    decode_deltas,
     decode_greedy,
     describe_nonfinite,
     design_reference,
@@ -39,6 +40,7 @@ from kvconform.probe.forwards import Forwards
 from kvconform.probe.kv_compare import Divergence, KVParity, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.reference_health import prefix_instability, topk_ties
+from kvconform.probe.selections import replay_selections
 from kvconform.probe.window import WindowRecord
 
 
@@ -162,7 +164,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     nonfinite = describe_nonfinite(logits, reference_steps)
     limit = plan.locate_tolerance.limit(scale) if plan.locate_tolerance is not None else None
     located = limit is not None and max(s.max_abs_delta for s in steps) > limit
-    unstable = ties = divergence = split = kv = None
+    unstable = ties = divergence = split = kv = replay = None
     fresh: Any = None
     if quantized is None:  # one fresh pass's K/V, for the kv_parity check and the localization
         start = time.perf_counter()
@@ -183,6 +185,9 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         divergence = _locate(driver, cache, fresh, full) if fresh is not None else None
         if steps[0].max_abs_delta > limit:  # no cache entry read yet: which side differs (the causal probe's own)
             split = prefill_split(forwards, reference_steps[:, 0, :], steps[0].max_abs_delta, limit, type(cache).__name__)
+        if quantized is None and not driver.offset:  # a router or indexer's selections: the decode with the uncached ones
+            replay = replay_selections(model, compute_dtype(model), lambda: decode_deltas(forwards, plan, full, reference_steps),
+                                       lambda: driver.reference(full))
         timings["locate_s"] = time.perf_counter() - start
     if driver.after_decode is not None:
         driver.after_decode()
@@ -203,7 +208,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     record = ProbeRecord(
         plan=plan, dtype=str(compute_dtype(model)).removeprefix("torch."), cache_class=type(cache).__name__,
         max_cache_len=_max_cache_len(cache, plan.cache), steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
-        divergence=divergence, prefix_instability=unstable, topk_ties=ties, prefill_split=split, kv_parity=kv, generate=None, timings=timings,
+        divergence=divergence, prefix_instability=unstable, topk_ties=ties, prefill_split=split, kv_parity=kv, replay=replay, generate=None, timings=timings,
         paths=paths,
         window=window, chunked=chunked, quantized=quantized, full_precision_delta=full_precision_delta,
         mask_compared=decoded.mask_compared, mask_problems=decoded.mask_problems,

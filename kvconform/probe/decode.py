@@ -33,7 +33,6 @@ from kvconform.probe.cache_io import (
     keep_logits,
     make_prompt,
     new_cache,
-    returned_cache,
     seq_length,
     zero_pad_ids,
 )
@@ -335,7 +334,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
             split = prefill_split(causal_forwards(model, prompt), reference_steps[:, 0, :], steps[0].max_abs_delta, limit,
                                   type(cache).__name__)
         if plan.cache not in QUANTIZED_KINDS:  # the design reference is itself a cached decode
-            replay = replay_selections(model, getattr(torch, dtype), lambda: _decode_deltas(model, keyword, plan, full, reference_steps),
+            replay = replay_selections(model, getattr(torch, dtype), lambda: decode_deltas(forwards, plan, full, reference_steps, 1),
                                        lambda: model(input_ids=full, use_cache=False))
         timings["locate_s"] = time.perf_counter() - start
 
@@ -508,14 +507,14 @@ def _replay_path(forwards: Forwards, name: str, run: Callable[[], PathRecord], f
     return replay
 
 
-def _decode_deltas(model: Model, keyword: str, plan: ProbePlan, full: torch.Tensor, reference_steps: torch.Tensor) -> list[float]:
-    """The cell's prefill and decode fed ``full`` (the tokens the probe decoded): per step max |Δ| to ``reference_steps``."""
-    cache, output = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, full.shape[1]), input_ids=full[:, : plan.prompt_length],
-                                          **keep_logits(model, 1))
+def decode_deltas(forwards: Forwards, plan: ProbePlan, full: torch.Tensor, reference_steps: torch.Tensor,
+                  prefill_keep: int | None = None) -> list[float]:
+    """The cell's prefill and decode fed ``full`` (the tokens the probe decoded), on any family's ``forwards``: per step
+    max |Δ| to ``reference_steps`` (what a selection replay reruns)."""
+    cache, output = forwards.cached(full[:, : plan.prompt_length], forwards.new_cache(plan.cache, full.shape[1]), prefill_keep)
     deltas = [_compare(output.logits[:, -1, :], reference_steps[:, 0, :])[0]]
     for step, position in enumerate(range(plan.prompt_length, full.shape[1]), start=1):
-        output = model(input_ids=full[:, position : position + 1], use_cache=True, **{keyword: cache})
-        cache = returned_cache(output, cache)
+        cache, output = forwards.extend(full[:, position : position + 1], cache)
         deltas.append(_compare(output.logits[:, -1, :], reference_steps[:, step, :])[0])
     return deltas
 
