@@ -1,10 +1,11 @@
-"""The family decode loop: prefill, N greedy steps feeding the cache back, ONE uncached reference; then the cache paths.
+"""A family cell's probe: the causal probe's one decode loop, reference, diagnoses and cache paths, given a family's ``Driver``.
 
-The same loop as ``kvconform.probe.decode`` for causal LMs, driven by a family's ``Driver``: its ``Forwards`` (how to
-prefill with an image or an encoder input, how to continue the cache, how to run the uncached reference; the adapter
-every cache path takes) and how greedy decoding picks its tokens, so the core checks read an ordinary ``ProbeRecord``.
-The cache paths the plan turns on (crop, reorder, prefix reuse, chunked prefill) are the causal probe's own
-(``probe.decode.run_paths``), given the family's forwards.
+The ``Driver`` is what a family adds: its ``Forwards`` (how to prefill with an image or an encoder input, continue the
+cache, run the uncached reference: the adapter every path takes), what greedy decoding may pick (forbidden ids,
+``generate()``'s processors, a codebook delay pattern), the extra cache halves it snapshots (cross-attention, a streaming
+encoder's own cache) and the geometry its window crossings read. Everything else is ``kvconform.probe.decode``'s:
+``decode_greedy``, ``step_record``, ``design_reference`` (fp8, quanto, HQQ), ``decode_deltas`` (the selection replay),
+``prefill_split``, ``run_paths``, ``run_chunked_path`` and ``window_path``; the checks read an ordinary ``ProbeRecord``.
 """
 
 from __future__ import annotations
@@ -208,9 +209,9 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
     record = ProbeRecord(
         plan=plan, dtype=str(compute_dtype(model)).removeprefix("torch."), cache_class=type(cache).__name__,
         max_cache_len=_max_cache_len(cache, plan.cache), steps=steps, logit_scale=scale, nonfinite=nonfinite, located=located,
-        divergence=divergence, prefix_instability=unstable, topk_ties=ties, prefill_split=split, kv_parity=kv, replay=replay, generate=None, timings=timings,
-        paths=paths,
-        window=window, chunked=chunked, quantized=quantized, full_precision_delta=full_precision_delta,
+        divergence=divergence, prefix_instability=unstable, topk_ties=ties, prefill_split=split, kv_parity=kv, replay=replay,
+        generate=None, timings=timings, paths=paths, window=window, chunked=chunked, quantized=quantized,
+        full_precision_delta=full_precision_delta,
         mask_compared=decoded.mask_compared, mask_problems=decoded.mask_problems,
         quant_config=quant_config, reference=reference_name(plan.cache, quant_config),
     )
