@@ -41,7 +41,7 @@ from kvconform.probe.forwards import Forwards
 from kvconform.probe.kv_compare import Divergence, KVParity, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.reference_health import prefix_instability, topk_ties
-from kvconform.probe.selections import replay_selections
+from kvconform.probe.selections import ReplayError, replay_selections
 from kvconform.probe.window import WindowRecord
 
 
@@ -187,8 +187,11 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         if steps[0].max_abs_delta > limit:  # no cache entry read yet: which side differs (the causal probe's own)
             split = prefill_split(forwards, reference_steps[:, 0, :], steps[0].max_abs_delta, limit, type(cache).__name__)
         if quantized is None and not driver.offset:  # a router or indexer's selections: the decode with the uncached ones
-            replay = replay_selections(model, compute_dtype(model), lambda: decode_deltas(forwards, plan, full, reference_steps),
-                                       lambda: driver.reference(full))
+            try:
+                replay = replay_selections(model, compute_dtype(model), lambda: decode_deltas(forwards, plan, full, reference_steps),
+                                           lambda: driver.reference(full))
+            except ReplayError:  # forwards whose ids it cannot trace (an encoder-decoder's decoder ids): nothing concluded
+                replay = None
         timings["locate_s"] = time.perf_counter() - start
     if driver.after_decode is not None:
         driver.after_decode()
