@@ -17,7 +17,7 @@ import yaml
 
 from kvconform.checks.table import CHECK_ORDER
 from kvconform.checks.table import QUANTIZED_KINDS as QUANTIZED_KINDS
-from kvconform.families import CAUSAL_LM, FAMILIES, ID_SUFFIX
+from kvconform.families import CAUSAL_LM, FAMILIES, ID_SUFFIX, INT_CACHES
 from kvconform.known_failures import KnownFailure, key_problem, parse_known_failure
 from kvconform.names import close_matches
 from kvconform.strict_yaml import load_yaml
@@ -30,6 +30,8 @@ DEVICES = ("cpu", "cuda", "mps")
 INT_QUANTIZED: Mapping[str, tuple[str, int]] = {
     "quanto-int4": ("quanto", 4), "quanto-int2": ("quanto", 2), "hqq-int4": ("hqq", 4), "hqq-int2": ("hqq", 2),
 }
+if tuple(INT_QUANTIZED) != INT_CACHES:  # the families' and the check table's list of these kinds must be this one
+    raise ImportError(f"kvconform.matrix.INT_QUANTIZED names {tuple(INT_QUANTIZED)}, kvconform.families.INT_CACHES {INT_CACHES}")
 CACHES = ("dynamic", "static", "quantized", *INT_QUANTIZED)
 #: The module each integer backend imports and its distribution, and the command that installs them all.
 BACKEND_PACKAGES = {"quanto": ("optimum.quanto", "optimum-quanto"), "hqq": ("hqq", "hqq")}

@@ -511,12 +511,19 @@ def decode_deltas(forwards: Forwards, plan: ProbePlan, full: torch.Tensor, refer
                   prefill_keep: int | None = None) -> list[float]:
     """The cell's prefill and decode fed ``full`` (the tokens the probe decoded), on any family's ``forwards``: per step
     max |Δ| to ``reference_steps`` (what a selection replay reruns)."""
-    cache, output = forwards.cached(full[:, : plan.prompt_length], forwards.new_cache(plan.cache, full.shape[1]), prefill_keep)
-    deltas = [_compare(output.logits[:, -1, :], reference_steps[:, 0, :])[0]]
-    for step, position in enumerate(range(plan.prompt_length, full.shape[1]), start=1):
+    _, logits = _fed(forwards, full, plan.prompt_length, forwards.new_cache(plan.cache, full.shape[1]), prefill_keep)
+    return [_compare(step_logits, reference_steps[:, step, :])[0] for step, step_logits in enumerate(logits)]
+
+
+def _fed(forwards: Forwards, full: torch.Tensor, prompt_length: int, cache: Any, prefill_keep: int | None) -> tuple[Any, list[torch.Tensor]]:
+    """``full``'s first ``prompt_length`` ids prefilled into ``cache`` (``prefill_keep`` logits), then the rest fed one by
+    one: the cache it ends with and the next-token logits [B, V] of the prefill and of every step."""
+    cache, output = forwards.cached(full[:, :prompt_length], cache, prefill_keep)
+    logits = [output.logits[:, -1, :]]
+    for position in range(prompt_length, full.shape[1]):
         cache, output = forwards.extend(full[:, position : position + 1], cache)
-        deltas.append(_compare(output.logits[:, -1, :], reference_steps[:, step, :])[0])
-    return deltas
+        logits.append(output.logits[:, -1, :])
+    return cache, logits
 
 
 def reference_name(cache: str, config: dict[str, Any] | None) -> str:
@@ -534,11 +541,7 @@ def design_reference(model: Model, forwards: Forwards, full: torch.Tensor, promp
     on full-precision storage (fp8: ``config`` None), given any family's ``forwards``: its logits [B, N+1, V], and the
     real cache's stored values compared with the design's. ``model`` sizes the design cache (its decoder's layers)."""
     design = fp8_design.design_cache(model) if config is None else int_design.design_cache(model, config)
-    design, output = forwards.cached(full[:, :prompt_length], design, prefill_keep)
-    logits = [output.logits[:, -1, :]]
-    for position in range(prompt_length, full.shape[1]):
-        design, output = forwards.extend(full[:, position : position + 1], design)
-        logits.append(output.logits[:, -1, :])
+    design, logits = _fed(forwards, full, prompt_length, design, prefill_keep)
     record = (fp8_design.compare_with_design(cache, design) if config is None
               else int_design.compare_with_design(cache, design, config))
     return torch.stack(logits, dim=1), record
