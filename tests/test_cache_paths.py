@@ -17,6 +17,7 @@ from kvconform.results import CheckResult
 from kvconform.runner import CellRunner
 from tests.conftest import TOLERANCES, tiny
 from tests.faults import planted
+from tests.schema import undocumented_details
 
 DTYPES = ("float32", "float16", "bfloat16")
 
@@ -67,6 +68,7 @@ def _failed(results: dict[str, CheckResult]) -> dict[str, str]:
 def test_healthy_models_pass_every_path(runner, spec, cache, attn, dtype):
     results = run_checks(runner, spec, dtype, cache, attn)
     assert not _failed(results), _failed(results)
+    assert undocumented_details(results.values()) == []  # the report's schema documents every field (quanto/HQQ's too)
     full_precision = cache not in QUANTIZED_KINDS
     if dtype == "float32":
         beam = ({"beam"} if attn == "sdpa" else set()) if cache == "dynamic" else {"reorder"}
@@ -112,6 +114,7 @@ def test_assisted_decoding_returns_greedys_tokens_across_the_window(runner):
     for spec, new in ((LLAMA, 6), (MISTRAL, 10)):
         result = run_checks(runner, spec)["assisted"]
         assert result.passed, result.message
+        assert undocumented_details([result]) == []
         record = runner.outcomes[f"{spec.id}[float32-cpu-dynamic]"].record.extras["assisted"]
         assert record.max_new_tokens == new and len(record.prompt) == (6 if spec is LLAMA else 2)
         runs = {run.drafter: run for run in record.runs}

@@ -17,6 +17,7 @@ from tests.conftest import TOLERANCES
 from tests.family_faults import FAULTS as FAMILY_FAULTS
 from tests.family_faults import planted as planted_family_fault
 from tests.faults import planted
+from tests.schema import undocumented_details
 
 #: t5gemma: a decoder with sliding layers (its cross half must have none) and no sdpa (its static cell runs all the same).
 MODELS = {"llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE, "gemma3": VISION_LANGUAGE, "t5": SEQ2SEQ,
@@ -57,6 +58,7 @@ def _results(runner: CellRunner, model_type: str, cache: str = "dynamic") -> dic
     runs: the core checks, the generate paths and the family's own."""
     outcome, cell = _outcome(runner, model_type, cache), _cell(model_type, cache)
     results = family_checks.run_all_family(outcome.family, cell.spec.family, cell.tolerance)
+    assert undocumented_details(results.values()) == []  # the report's schema documents every field a family cell writes
     quantized = cache not in ("dynamic", "static")
     assert ("generate" in results) == (not quantized) and ("beam" in results) == (cache in ("dynamic", *INT_KINDS)), sorted(results)
     return results

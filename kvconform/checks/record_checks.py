@@ -545,7 +545,8 @@ def window(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGeometry) -
     worst = max(max(c.step_max_abs_delta) for c in crossed.crossings)
     details = {"windows": crossed.windows, "tolerance": limit, "logit_scale": crossed.logit_scale,
                "crossings": {c.prompt_length: {"step_max_abs_delta": c.step_max_abs_delta, "seq_length_trace": c.seq_lengths}
-                             for c in crossed.crossings}}
+                             for c in crossed.crossings},
+               **({"refused": crossed.refused} if crossed.refused else {})}
     problems = [f"prompt {c.prompt_length} ({_against(c.prompt_length, crossed.windows)}): {problem}"
                 for c in crossed.crossings for problem in _crossing_problems(c, record, geometry, limit)[:1]]
     figure = Figure(worst, limit, "logit")
