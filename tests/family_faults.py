@@ -25,6 +25,9 @@
   never slides); the mask still attends by the config's window, so the logits stay right and the memory grows;
 - ``cross_half_not_reordered``: an encoder-decoder cache's ``reorder_cache`` moves the self-attention half's rows and
   leaves the cross-attention half's where they were (each row then reads another row's encoder K/V);
+- ``chunk_features_reversed``: generate()'s chunked prefill hands each chunk the pre-encoded image features of its
+  placeholders in reverse order (``_slice_mm_encoder_output`` given the rows backwards), so a chunk that holds part of
+  the image scatters another part's features into it; one prefill, and the hand-driven chunks, keep the image whole;
 - ``extend_keeps_last_only``: a multi-token forward on a filled dynamic layer stores only its last token's K/V (as a
   decode step would): a prefix extended by several tokens, or a prompt chunk after the first, loses the others;
 - ``static_copy_shares_storage``: ``copy.deepcopy`` of a static layer shares its preallocated K/V tensors with the
@@ -367,6 +370,17 @@ def _extend_keeps_last_only() -> list[Patch]:
     return [(DynamicLayer, "update", update)]
 
 
+def _chunk_features_reversed() -> list[Patch]:
+    import transformers.generation.utils as generation
+
+    original = generation._slice_mm_encoder_output
+
+    def sliced(output: Any, rows: torch.Tensor) -> Any:
+        return original(output, rows.flip(0))
+
+    return [(generation, "_slice_mm_encoder_output", sliced)]
+
+
 def _static_copy_shares_storage() -> list[Patch]:
     import copy
 
@@ -446,6 +460,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "frame_reads_another_codebooks_table": _frame_reads_another_table,
     "reference_window_never_evicts": _reference_window_never_evicts,
     "cross_half_not_reordered": _cross_half_not_reordered,
+    "chunk_features_reversed": _chunk_features_reversed,
     "extend_keeps_last_only": _extend_keeps_last_only,
     "static_copy_shares_storage": _static_copy_shares_storage,
     "frame_one_behind": _frame_one_behind,

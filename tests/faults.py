@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -22,7 +23,7 @@ from transformers.cache_utils import (
     StaticSlidingWindowLayer,
 )
 
-Patch = tuple[type, str, Callable[..., Any]]
+Patch = tuple[type | ModuleType, str, Callable[..., Any]]  # a class or a module, an attribute, its replacement
 
 
 def _decoding(layer: Any, key_states: torch.Tensor) -> bool:

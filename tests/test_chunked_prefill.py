@@ -10,7 +10,7 @@ import pytest
 from kvconform.cells import Cell
 from kvconform.checks import record_checks as checks
 from kvconform.matrix import ModelSpec, Settings
-from kvconform.probe.chunked import chunk_size
+from kvconform.probe.chunked import chunk_size, chunk_starts
 from kvconform.probe.variants import PathNotApplicable
 from kvconform.results import CheckResult
 from kvconform.runner import CellRunner
@@ -106,3 +106,16 @@ def test_a_prompt_too_short_for_two_chunks_is_not_applicable():
     assert [chunk_size(length) for length in (4, 6, 7, 14)] == [2, 2, 3, 5]
     with pytest.raises(PathNotApplicable, match="a 3-token prompt has no two chunks of 2 or more tokens"):
         chunk_size(3)
+
+
+def test_a_media_prompt_keeps_its_placeholders_in_the_first_chunk():
+    """Chunks start every ``chunk_size`` tokens; a first chunk that must hold the media whole (``unsplit``) grows to it,
+    the rest follow in chunks of the same size, and a prompt that leaves fewer than 2 tokens after the media has no
+    second multi-token chunk."""
+    assert chunk_starts(6, 2) == [0, 2, 4]
+    assert chunk_starts(22, 8, unsplit=18) == [0, 18]
+    assert chunk_starts(16, 6, unsplit=11) == [0, 11]
+    assert chunk_starts(14, 3, unsplit=5) == [0, 5, 8, 11]
+    assert chunk_starts(14, 5, unsplit=4) == [0, 5, 10]  # the media fits the first chunk of 5 already
+    with pytest.raises(PathNotApplicable, match="leaves 1 of the 12-token prompt: no second multi-token chunk"):
+        chunk_starts(12, 4, unsplit=11)

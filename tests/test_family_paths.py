@@ -4,7 +4,10 @@ encoder-decoder's, sliding layers crossed with an image in the prompt)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
+import transformers.generation.utils as generation_utils
 
 from kvconform.cells import Cell
 from kvconform.checks.table import INT_KINDS
@@ -122,7 +125,8 @@ def test_a_static_sliding_window_with_an_image_in_the_prompt_is_crossed(runner):
     ("static_wrong_slot", "llava", {"parity", "kv_parity", "generate", "crop", "prefix_reuse"}),
     # t5's cross-attention half is static too: its encoder states land one slot late as well.
     ("static_wrong_slot", "t5", {"parity", "kv_parity", "prefix_reuse", "shapes", "cross_shapes"}),
-    ("static_window_no_roll", "gemma3", {"parity", "kv_parity", "prefix_reuse"}),
+    # (and the static cell's window crossings, through its text-only prompt: a prompt holding the image fills the window)
+    ("static_window_no_roll", "gemma3", {"parity", "kv_parity", "prefix_reuse", "window"}),
 ])
 def test_a_static_cache_fault_is_caught_and_located_on_a_family_cell(runner, fault, model_type, fails):
     """Faults of the static layers (a decoded token written one slot late; a full sliding window that does not roll)
@@ -161,8 +165,9 @@ def test_a_cached_generate_that_loses_the_image_is_caught():
 
 #: per (model type, cache): the checks the kept cache fails beyond the healthy cell's.
 KEPT_CACHE = {("llava", "static"): {"between_calls"}, ("t5", "static"): {"between_calls"},
-              # the media_calls run before the generate check keeps the first cache: generate() meets it too
-              ("llava", "dynamic"): {"between_calls", "generate", "media_calls"}}
+              # the media_calls run before the generate check keeps the first cache: generate() meets it too, and so
+              # does the chunked prefill's comparison with the plain generate()
+              ("llava", "dynamic"): {"between_calls", "generate", "media_calls", "chunked_prefill"}}
 
 
 @pytest.mark.parametrize(("model_type", "cache"), sorted(KEPT_CACHE))
@@ -193,9 +198,11 @@ PATH_FAULTS = {
     "static_copy_shares_storage": ("static", {
         model: ({"prefix_reuse"}, "the original prefix cache's layer 0 (StaticLayer) keys changed while its copy was extended")
         for model in ("llava", "t5")}),
-    # A multi-token forward on a filled cache: the prefix's extend, the chunks after the first.
-    # (t5's chunked_prefill fails on the healthy cell already: its chunked generate() meets the encoder-mask bug)
-    "extend_keeps_last_only": ("dynamic", {"llava": ({"prefix_reuse"}, "after the extend the copy's cache differs from one prefill"),
+    # A multi-token forward on a filled cache: the prefix's extend, the chunks after the first (llava's first chunk holds
+    # the image whole, its second the text after it). (t5's chunked_prefill fails on the healthy cell already: its chunked
+    # generate() meets the encoder-mask bug)
+    "extend_keeps_last_only": ("dynamic", {"llava": ({"prefix_reuse", "chunked_prefill"},
+                                                     "after the extend the copy's cache differs from one prefill"),
                                            "t5": ({"prefix_reuse"}, "after the extend the copy's cache differs from one prefill")}),
 }
 
@@ -257,13 +264,40 @@ def test_family_cells_compare_their_stored_kv_and_mask_sizes_at_every_step(runne
         assert "get_mask_sizes = the K/V update() returned at every decode step" in results["growth"].message
 
 
+def test_a_media_prompt_prefills_in_chunks_with_its_media_whole_in_the_first(runner):
+    """A vision-language prompt's hand-driven chunks: the first holds the image's placeholders whole (and the processor's
+    ids closing them), later ones the text after it, each equal to one prefill; generate(prefill_chunk_size=...) splits
+    the image (its features sliced per chunk, transformers 5.23+) and picks the plain generate()'s tokens."""
+    for model_type, closing in (("llava", 0), ("qwen2_vl", 1)):  # Qwen2-VL's processor closes the image with vision_end
+        results, outcome = _results(runner, model_type), runner.outcomes[_cell(model_type).id]
+        chunked = outcome.record.chunked
+        assert chunked is not None and len(chunked.steps) >= 2 and results["chunked_prefill"].passed, results["chunked_prefill"].message
+        last = int(re.search(r"image tokens at positions \d+-(\d+)", outcome.explanation).group(1))
+        assert chunked.steps[0].length == last + 1 + closing > chunked.chunk_size, (chunked.steps, outcome.explanation)
+        assert chunked.generate is not None and chunked.generate.first_divergence is None, chunked.generate
+
+
+def test_generate_slicing_the_image_features_per_chunk_wrongly_is_caught(runner):
+    """generate()'s chunked prefill handing a chunk another part of the image's features (the rows reversed) fails
+    chunked_prefill alone on a vision-language cell, naming the generated token where it parts; the hand-driven chunks
+    and every other check pass."""
+    if not hasattr(generation_utils, "_slice_mm_encoder_output"):
+        pytest.skip("this transformers hands no pre-encoded features to a chunk (5.23+ does)")
+    healthy = _results(runner, "llava")
+    with planted_family_fault("chunk_features_reversed"):
+        results = _results(runner, "llava")
+    assert _failing(results) - _failing(healthy) == {"chunked_prefill"}, {n: r.message for n, r in results.items() if not r.passed}
+    assert "generate(prefill_chunk_size=" in results["chunked_prefill"].message
+    assert "greedy tokens part from the plain cached generate()'s" in results["chunked_prefill"].message
+
+
 def _failing(results: dict[str, CheckResult]) -> set[str]:
     return {name for name, result in results.items() if not result.passed}
 
 
 @pytest.mark.parametrize("model_type", sorted(MODELS))
 def test_the_cache_paths_run_on_every_family(runner, model_type):
-    """crop, prefix_reuse and (encoder-decoders) chunked_prefill on dynamic cells, reorder and prefix_reuse on static
+    """crop, prefix_reuse and chunked_prefill on dynamic cells, reorder, prefix_reuse and chunked_prefill on static
     ones, through the same code and checks as causal LMs; an encoder-decoder's static cache refuses crop, as
     transformers does (EncoderDecoderCache.crop), and a prefix-LM's bidirectional prompt is not split."""
     for cache, paths in (("dynamic", {"crop", "prefix_reuse"}), ("static", {"crop", "prefix_reuse", "reorder"})):
@@ -274,7 +308,7 @@ def test_the_cache_paths_run_on_every_family(runner, model_type):
         if encoder_decoder and cache == "static":  # refused by check_dynamic_cache, or first by is_croppable (T5Gemma's sliding)
             assert "crop" in refused and ("only defined for dynamic cache" in refused["crop"] or "not croppable" in refused["crop"]), refused
         assert ran | set(refused) == paths, (ran, refused)
-        assert (record.chunked is not None) == encoder_decoder, record.chunked
+        assert record.chunked is not None and record.chunked.steps, record.chunked  # every family prefills in chunks
         failed = {name: results[name].message for name in ran | {"chunked_prefill"} if name in results and not results[name].passed}
         assert _unexplained(model_type, failed) == {}, failed
 
@@ -322,7 +356,7 @@ def test_the_integer_caches_run_on_multimodal_cells_judged_by_their_design(runne
 
 #: per model type: the checks the planted prefill split fails beyond the healthy cell's; llava's media_calls compares
 #: each generate() call, whose first step is a cached prefill into an empty cache, with an uncached pass.
-PREFILL_SPLIT = {"llava": {"parity", "text_only", "media_calls"}, "t5": {"parity"}}
+PREFILL_SPLIT = {"llava": {"parity", "text_only", "media_calls", "chunked_prefill"}, "t5": {"parity"}}
 
 
 @pytest.mark.parametrize("model_type", sorted(PREFILL_SPLIT))
@@ -330,7 +364,7 @@ def test_a_split_at_the_prefill_is_not_blamed_on_a_cache_read_on_a_family_cell(r
     """The model's use_cache=True path shifts a prefill's logits (LLaVA with its image, T5's decoder prompt with the
     encoder output; no cache entry read, none wrong): parity fails at the prefill only, diagnosed ``prefill differs`` by
     the causal probe's own code, with the cached and plain-cache prefills' distances; so does the text-only prompt's
-    parity (llava). t5's chunked prefill, whose reference is one prefill into an empty cache, is diagnosed the same;
+    parity (llava). The chunked prefill, whose reference is one prefill into an empty cache, is diagnosed the same;
     what else the healthy cell fails (t5's labelled model bugs) fails with the same words."""
     healthy = _results(runner, model_type)
     with planted("cached_prefill_shift"):
@@ -349,9 +383,9 @@ def test_a_split_at_the_prefill_is_not_blamed_on_a_cache_read_on_a_family_cell(r
     assert "first K/V divergence" not in parity.message and "stored K/V at the end of the decode" not in parity.message
     if model_type == "llava":
         assert "text-only prompt: parity: [prefill differs]" in results["text_only"].message, results["text_only"].message
-    else:
-        chunked = results["chunked_prefill"]
-        assert chunked.details["diagnosis"] == "prefill differs" and healthy["chunked_prefill"].details["diagnosis"] == "cache fault"
-        assert "its reference is one prefill into an empty cache, and the main decode's prefill differs already" in chunked.message
+    chunked = results["chunked_prefill"]  # t5's healthy cell fails it already (its labelled chunked generate())
+    assert chunked.details["diagnosis"] == "prefill differs", chunked.message
+    assert healthy["chunked_prefill"].passed or healthy["chunked_prefill"].details["diagnosis"] == "cache fault"
+    assert "its reference is one prefill into an empty cache, and the main decode's prefill differs already" in chunked.message
     assert _unexplained(model_type, {name: results[name].message for name in failed - PREFILL_SPLIT[model_type]}) == {}
     assert all(healthy[name].passed for name in PREFILL_SPLIT[model_type])

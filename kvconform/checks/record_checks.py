@@ -547,17 +547,19 @@ def window(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGeometry) -
                "crossings": {c.prompt_length: {"step_max_abs_delta": c.step_max_abs_delta, "seq_length_trace": c.seq_lengths}
                              for c in crossed.crossings},
                **({"refused": crossed.refused} if crossed.refused else {})}
+    decode = crossed.decode or record  # the decode whose prompt crossed (its cache length sets the expected shapes)
     problems = [f"prompt {c.prompt_length} ({_against(c.prompt_length, crossed.windows)}): {problem}"
-                for c in crossed.crossings for problem in _crossing_problems(c, record, geometry, limit)[:1]]
+                for c in crossed.crossings for problem in _crossing_problems(c, decode, geometry, limit)[:1]]
     figure = Figure(worst, limit, "logit")
     prompts = [c.prompt_length for c in crossed.crossings]
+    through = f"{crossed.through}: " if crossed.through else ""
     if not problems:
         ends = sorted({c.prompt_length + len(c.step_max_abs_delta) - 1 for c in crossed.crossings})
-        message = (f"prompts {prompts} against windows {crossed.windows}, each decoded to {'/'.join(map(str, ends))} "
+        message = (f"{through}prompts {prompts} against windows {crossed.windows}, each decoded to {'/'.join(map(str, ends))} "
                    f"tokens: max |Δlogit| {worst:.2e} ≤ {limit:.2e}; get_seq_length() P+k, every layer's stored shape and "
                    "get_mask_sizes = the K/V update() returned, at every step")
         return CheckResult("window", True, f"{worst:.2e}", f"{limit:.2e}", message, details, figure)
-    return CheckResult("window", False, f"{worst:.2e}", f"{limit:.2e}", "; ".join(problems), details, figure)
+    return CheckResult("window", False, f"{worst:.2e}", f"{limit:.2e}", through + "; ".join(problems), details, figure)
 
 
 def chunked_prefill(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGeometry) -> CheckResult:

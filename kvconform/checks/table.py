@@ -29,9 +29,10 @@ GENERATE_PATHS = (CAUSAL_LM, *MULTIMODAL, *ENCODER_DECODER)
 #: The families whose cache paths (crop, reorder, prefix reuse) run through the one probe code, given each family's
 #: forwards (``probe.forwards``): an image or encoder output at the prefill, both halves of an encoder-decoder cache.
 CACHE_PATHS = GENERATE_PATHS
-#: The chunked prefill: causal LMs and encoder-decoders (the decoder prompt in chunks over the encoder output once); a
-#: media prompt's chunks split its placeholders, which generate() hands pre-encoded features per chunk (not built).
-CHUNKED_PATHS = (CAUSAL_LM, *ENCODER_DECODER)
+#: The chunked prefill: causal LMs, encoder-decoders (the decoder prompt in chunks over the encoder output once), and
+#: vision- and audio-language prompts (the hand-driven first chunk holds the media whole; generate() splits it, handing
+#: each chunk the pre-encoded features of its placeholders).
+CHUNKED_PATHS = CACHE_PATHS
 #: The cross-attention checks: encoder-decoders, and text-to-audio cells whose driver records a cross-attention half
 #: (SeamlessM4T's text-to-unit decoder; the family's other cells skip them as not applicable, ``FamilyProbe.not_applicable``).
 CROSS_CHECKS = (*ENCODER_DECODER, TEXT_TO_AUDIO)

@@ -33,7 +33,7 @@ SPEECH_SAMPLES = 3200
 #: ``<start_of_image>`` … ``<end_of_image>`` (boi/eoi, processing_gemma3.py). Older releases find the images by the start
 #: id (Qwen2-VL's ``get_rope_index`` and beam expansion before 5.18).
 IMAGE_DELIMITERS = (("vision_start_token_id", "vision_end_token_id"), ("image_start_token_id", "image_end_token_id"),
-                    ("boi_token_id", "eoi_token_id"))
+                    ("boi_token_id", "eoi_token_id"), ("image_start_id", "image_end_id"))
 
 
 def image_delimiters(config: Any) -> tuple[list[int], list[int]]:

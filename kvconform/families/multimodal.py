@@ -9,7 +9,7 @@ the second record.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,10 +27,11 @@ from kvconform.families.inputs import MediaInputs, image_delimiters, needs_an_im
 from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import decoder_prompt, prefix_lm_types
 from kvconform.probe.cache_io import cross_layers, declare_prompt, keep_logits, new_cache, returned_cache, seq_length, whole_pass
-from kvconform.probe.decode import ProbePlan, without_paths
+from kvconform.probe.decode import ProbePlan, ProbeRecord, without_paths
 from kvconform.probe.forwards import Forwards, fed_back
 from kvconform.probe.generate_inputs import GenerateInputs
 from kvconform.probe.variants import PathNotApplicable
+from kvconform.probe.window import WindowRecord, windows_of
 
 #: Text tokens before the media; the rest of the prompt follows it.
 TEXT_BEFORE_MEDIA = 2
@@ -50,11 +51,12 @@ def token_types(model: Model, prompt_length: int, ids: torch.Tensor, first: int 
     return {"token_type_ids": (positions >= prompt_length).to(ids.dtype).expand_as(ids).contiguous()}
 
 
-def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None) -> Forwards:
+def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None, closing: Sequence[int] = ()) -> Forwards:
     """The forwards of a vision- or audio-language cell: a call whose ids start the sequence with all of a row's
-    placeholders carries the media (and its modality ids); later calls carry none, as generate() passes the media to the
+    placeholders carries the media (and its modality ids; ``closing``: the ids the processor writes after them, which
+    the first forward holds too, as rotary positions are computed over the image whole); later calls carry none, as generate() passes the media to the
     prefill only; a prefix-LM's calls carry each position's token type (the prompt 0, later tokens 1). A call that would
-    split a row's placeholders is not applicable (the chunked prefill of a media prompt is not built: docs/cache-paths.md).
+    split a row's placeholders is not applicable (``Forwards.unsplit``: a chunked prefill's first chunk holds them whole).
 
     A model whose own ``generate()`` hands the prompt to an inner language model (BLIP-2) prefills through the outer
     forward with the image, then continues on the inner model, whose cache the caller keeps. A decoder that reads the
@@ -154,13 +156,21 @@ def media_forwards(model: Model, prompt: torch.Tensor, media: MediaInputs | None
 
     return Forwards(model=model, prompt=prompt, start=start, more=more, reference=reference,
                     make_cache=lambda kind, length: declared(new_cache(decoder, kind, length)), default_cache=default_cache,
-                    row_inputs=media is not None, bidirectional=prompt_length if prefix_lm else 0)
+                    row_inputs=media is not None, bidirectional=prompt_length if prefix_lm else 0,
+                    unsplit=_through_media(prompt, {media.token_id, *closing}) if placed and media is not None else 0)
 
 
-def _driver(model: Model, prompt: torch.Tensor, media: MediaInputs | None, forbidden: set[int]) -> Driver:
+def _through_media(prompt: torch.Tensor, ids: set[int | None]) -> int:
+    """The positions up to and with the last of ``ids`` (the placeholders and the ids closing them) in any row."""
+    columns = torch.isin(prompt, torch.tensor([i for i in ids if i is not None], device=prompt.device)).any(dim=0).nonzero()
+    return int(columns[-1]) + 1
+
+
+def _driver(model: Model, prompt: torch.Tensor, media: MediaInputs | None, forbidden: set[int],
+            closing: Sequence[int] = ()) -> Driver:
     """The cell's forwards and its greedy picks; a cross-attention decoder's second half snapshotted every step."""
     cross = image_cross_attention(model) if media is not None else None
-    return Driver(media_forwards(model, prompt, media), forbidden, extra_halves={CROSS_HALF: cross_layers} if cross is not None else {},
+    return Driver(media_forwards(model, prompt, media, closing), forbidden, extra_halves={CROSS_HALF: cross_layers} if cross is not None else {},
                   geometry=cache_geometry(model.config))
 
 
@@ -204,6 +214,15 @@ def _forget_rope_deltas(model: Model) -> None:
             module.rope_deltas = None
 
 
+def _crossed_as_text(media: WindowRecord | None, text: ProbeRecord) -> WindowRecord | None:
+    """The window crossings of a cell whose media prompt crosses none (its placeholders fill more than the window): the
+    text-only prompt's, said so, on the caches whose text_only check does not carry them (the static cache)."""
+    if media is None or text.window is None or media.crossings or media.not_applicable is None:
+        return media
+    return replace(text.window, through="the text-only prompt (a prompt holding the media whole is longer than the window)",
+                   decode=text)
+
+
 def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int, int], MediaInputs],
                      noun: str) -> MultimodalRun:
     """The runs with the media and text only, the generate() calls through one instance, and the generate() inputs; the
@@ -225,14 +244,19 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     # check runs on only (the table's). Its prompt also crosses the windows, which a prompt holding the media whole
     # cannot (its placeholders fill more than a shrunk window).
     text_caches = CHECKS["text_only"].caches
+    checked = text_caches is None or plan.cache in text_caches
+    crossed = plan.window and bool(windows_of(cache_geometry(model.config)))  # a cache the text_only check skips: its window
     text_only = (drive(model, replace(without_paths(plan), window=plan.window), _driver(model, text, blank, forbidden))
-                 if text_caches is None or plan.cache in text_caches else None)
+                 if checked or crossed else None)
     row = [*before, *[probe.token_id] * probe.tokens_per_row, *after]
     placeholders = torch.tensor([row] * plan.batch_size, dtype=text.dtype, device=device)
     prompt = torch.cat([text[:, :TEXT_BEFORE_MEDIA], placeholders, text[:, TEXT_BEFORE_MEDIA:]], dim=1)
     prompt, as_given = _decoder_prompt(model, prompt)
     media_plan = replace(plan, prompt_length=prompt.shape[1])
-    with_media = drive(model, media_plan, _driver(model, prompt, probe, forbidden))
+    with_media = drive(model, media_plan, _driver(model, prompt, probe, forbidden, after))
+    if text_only is not None and not checked:
+        with_media.record.window = _crossed_as_text(with_media.record.window, text_only.record)
+        text_only = None
     # The generate() paths (run after this) start from a fresh instance's state too: the hand-driven prefill over the
     # processor's output (its attention_mask) leaves the image's rope_deltas on the instance, and a forward that does not
     # compute its own reads them (the omni thinkers' static generate() prefill, given no 2-D mask on 5.14-5.15).

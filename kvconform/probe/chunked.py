@@ -43,6 +43,16 @@ def chunk_size(prompt_length: int) -> int:
     return max(2, -(-prompt_length // CHUNKS))
 
 
+def chunk_starts(prompt_length: int, size: int, unsplit: int = 0) -> list[int]:
+    """Where the chunks of ``size`` start; the first holds at least the ``unsplit`` leading positions (a media prompt's
+    placeholders: ``Forwards.unsplit``), and at least 2 tokens are left for the chunks after it."""
+    first = max(size, unsplit)
+    if unsplit > size and prompt_length - first < 2:
+        raise PathNotApplicable(f"the first chunk holds the media whole (positions 0-{unsplit - 1}), which leaves "
+                                f"{prompt_length - first} of the {prompt_length}-token prompt: no second multi-token chunk")
+    return [0, *range(first, prompt_length, size)]
+
+
 @dataclass
 class ChunkStep:
     """One chunk's forward: its logits at its positions against one prefill's."""
@@ -99,10 +109,12 @@ def _prefill(forwards: Forwards, kind: str, max_len: int, ids: torch.Tensor) -> 
 @torch.inference_mode()
 def run_chunked(forwards: Forwards, plan: Any, sequence: torch.Tensor) -> ChunkedRecord:
     """Prefill the first ``plan.prompt_length`` tokens of ``sequence`` once and in chunks; compare logits and caches.
-    Chunks after the first continue the cache (``forwards.extend``): an image's placeholders split across chunks get the
-    features of theirs, as generate() slices them, or the path is refused as generate() refuses it."""
+    Chunks after the first continue the cache (``forwards.extend``); a media prompt's first chunk holds its placeholders
+    whole (``chunk_starts``), and ``run_chunked_generate`` is where generate() splits them (pre-encoded features sliced
+    per chunk)."""
     size = chunk_size(plan.prompt_length)
-    within_one_prefill(forwards, size, "a first chunk of")
+    starts = chunk_starts(plan.prompt_length, size, forwards.unsplit)
+    within_one_prefill(forwards, starts[1], "a first chunk of")
     prompt, total = sequence[:, : plan.prompt_length], sequence.shape[1]
     dtype = forwards.dtype
     one_cache, one = _prefill(forwards, plan.cache, total, prompt)
@@ -110,8 +122,8 @@ def run_chunked(forwards: Forwards, plan: Any, sequence: torch.Tensor) -> Chunke
     one_states = snapshot(one_cache)
     cache = forwards.new_cache(plan.cache, total)
     steps, snapshots = [], []
-    for start in range(0, plan.prompt_length, size):
-        ids = prompt[:, start : start + size]
+    for start, end in zip(starts, [*starts[1:], plan.prompt_length], strict=True):
+        ids = prompt[:, start:end]
         cache, output = forwards.cached(ids, cache) if start == 0 else forwards.extend(ids, cache)
         logits = output.logits[:, -ids.shape[1] :, :]
         deltas = torch.stack([row_delta(logits[:, k], reference[:, start + k]) for k in range(ids.shape[1])], dim=1)  # [B, n]
@@ -155,11 +167,19 @@ def run_chunked_generate(model: Model, inputs: GenerateInputs, steps: int, size:
     try:
         chunked = greedy(size)
     except Exception as exc:  # noqa: BLE001 - a crash of generate() fails this path's check only
-        lines = str(exc).splitlines() or [""]  # a module's repr in the message: its first and last line say it
-        text = f"{type(exc).__name__}: {lines[0]}{' … ' + lines[-1] if len(lines) > 1 else ''}"[:500]
+        text = _described(exc)
         if any(refusal in text for refusal in REFUSALS):
             return ChunkedGenerate([], [], None, not_applicable=f"generate() refuses it: {text}")
         return ChunkedGenerate([], [], None, error=text)
-    plain = plain if plain is not None else greedy(None)
+    try:
+        plain = plain if plain is not None else greedy(None)
+    except Exception as exc:  # noqa: BLE001 - the plain generate() of the comparison crashed (the cell's generate check says so too)
+        return ChunkedGenerate(chunked, [], None, error=f"the plain generate() to compare with raised {_described(exc)}")
     differs = [k for k in range(len(chunked[0])) if any(a[k] != b[k] for a, b in zip(chunked, plain, strict=True))]
     return ChunkedGenerate(chunked, plain, differs[0] if differs else None)
+
+
+def _described(exc: BaseException) -> str:
+    """An exception in one line: a module's repr in its message is cut to its first and last line."""
+    lines = str(exc).splitlines() or [""]
+    return f"{type(exc).__name__}: {lines[0]}{' … ' + lines[-1] if len(lines) > 1 else ''}"[:500]

@@ -62,6 +62,9 @@ class Forwards:
     bidirectional: int = 0
     """Leading positions that attend to each other both ways (a prefix-LM's prompt): no cache of part of them equals
     one prefill of them all."""
+    unsplit: int = 0
+    """Leading positions one forward must hold whole (through a media prompt's last placeholder: the media goes whole to
+    the first forward that holds its placeholders); 0 where any prefix prefills alone."""
 
     def cached(self, ids: torch.Tensor, cache: Any = None, keep: int | None = None) -> tuple[Any, Any]:
         """Prefill ``ids`` (the sequence's first tokens) into ``cache`` (``None``: the model's own)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,6 +25,9 @@ from kvconform.compat import layer_mask_sizes
 from kvconform.probe.cache_io import cache_layers, seq_length
 from kvconform.probe.forwards import Forwards
 from kvconform.probe.layer_state import LayerState, snapshot_layers
+
+if TYPE_CHECKING:
+    from kvconform.probe.decode import ProbeRecord
 from kvconform.probe.variants import PathNotApplicable, row_delta, within_one_prefill
 
 #: Prompt lengths relative to each window: shorter (the layer fills and rolls during the decode) and equal to it (the
@@ -62,6 +65,10 @@ class WindowRecord:
     not_applicable: str | None = None
     refused: list[str] = field(default_factory=list)
     """Crossing prompts the cell's forwards cannot prefill alone, each with the reason (a media prompt's placeholders)."""
+    through: str | None = None
+    """The prompt the crossings decoded where it is not the cell's own (a vision-language cell's text-only prompt)."""
+    decode: ProbeRecord | None = None
+    """That prompt's decode, where ``through`` is set: its cache length and prompt set the shapes the crossings expect."""
 
 
 def window_prompt_lengths(windows: list[int], main_prompt: int, total: int) -> list[int]:
