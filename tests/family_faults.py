@@ -25,6 +25,8 @@
   never slides); the mask still attends by the config's window, so the logits stay right and the memory grows;
 - ``cross_half_not_reordered``: an encoder-decoder cache's ``reorder_cache`` moves the self-attention half's rows and
   leaves the cross-attention half's where they were (each row then reads another row's encoder K/V);
+- ``left_pads_attended``: LLaVA's ``prepare_inputs_for_generation`` hands the forward an all-ones attention mask, so a
+  left-padded prompt's pad columns are attended (a prompt without padding is unchanged);
 - ``chunk_features_reversed``: generate()'s chunked prefill hands each chunk the pre-encoded image features of its
   placeholders in reverse order (``_slice_mm_encoder_output`` given the rows backwards), so a chunk that holds part of
   the image scatters another part's features into it; one prefill, and the hand-driven chunks, keep the image whole;
@@ -370,6 +372,21 @@ def _extend_keeps_last_only() -> list[Patch]:
     return [(DynamicLayer, "update", update)]
 
 
+def _left_pads_attended() -> list[Patch]:
+    from transformers import LlavaForConditionalGeneration
+
+    original = LlavaForConditionalGeneration.prepare_inputs_for_generation
+
+    @functools.wraps(original)
+    def prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
+        inputs = original(self, *args, **kwargs)
+        if isinstance(inputs.get("attention_mask"), torch.Tensor) and inputs["attention_mask"].dim() == 2:
+            inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])
+        return inputs
+
+    return [(LlavaForConditionalGeneration, "prepare_inputs_for_generation", prepare)]
+
+
 def _chunk_features_reversed() -> list[Patch]:
     import transformers.generation.utils as generation
 
@@ -460,6 +477,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "frame_reads_another_codebooks_table": _frame_reads_another_table,
     "reference_window_never_evicts": _reference_window_never_evicts,
     "cross_half_not_reordered": _cross_half_not_reordered,
+    "left_pads_attended": _left_pads_attended,
     "chunk_features_reversed": _chunk_features_reversed,
     "extend_keeps_last_only": _extend_keeps_last_only,
     "static_copy_shares_storage": _static_copy_shares_storage,

@@ -82,8 +82,9 @@ def test_generate_and_beam_run_on_every_family_and_pass_healthy(runner, model_ty
     calls = results["between_calls"]
     if model_type == "whisper":  # its own generate(): the continuation contract is GenerationMixin's
         assert calls.measured == "not run" and "WhisperForConditionalGeneration has its own generate()" in calls.message, calls.message
-    else:  # an encoder-decoder's continuation re-feeds its decoder prompt (model_matrix.yaml: a model bug with its repro)
-        assert calls.measured == ("1/1 differ" if model_type in ("t5", "t5gemma") else "0/1 differ"), calls.message
+    else:  # an encoder-decoder's continuation re-feeds its decoder prompt (model_matrix.yaml: a model bug with its repro);
+        # a decoder-only family prompt is also given again left-padded
+        assert calls.measured == ("1/1 differ" if model_type in ("t5", "t5gemma") else "0/2 differ"), calls.message
         assert "generate() of 4 tokens continued for 4 from the cache it returned" in calls.message, calls.message
 
 
@@ -232,8 +233,9 @@ DECODE_FAULTS = {
     ("static_window_late_before_full", "t5gemma", "static"): ({"window"}, "prompt 2 (shorter than window 4): "),
     ("dynamic_window_stale_before_full", "gemma3", "dynamic"): ({"text_only"}, "window: prompt 2 (shorter than window 4): "),
     # A mask one key wider than the K/V attention gets: sdpa skips the mask of a one-token decode, the logits survive
-    # (llava's text-only prompt decodes through the same loop: its growth, in the text_only check, fails too).
-    ("mask_one_wide", "llava", "dynamic"): ({"growth", "text_only"}, "get_mask_sizes(1) advertises kv_length"),
+    # (llava's text-only prompt decodes through the same loop: its growth, in the text_only check, fails too; and its
+    # left-padded generate() call, whose padded mask sdpa cannot skip, raises on the extra column in between_calls).
+    ("mask_one_wide", "llava", "dynamic"): ({"growth", "text_only", "between_calls"}, "get_mask_sizes(1) advertises kv_length"),
     ("mask_one_wide", "t5", "dynamic"): ({"growth"}, "get_mask_sizes(1) advertises kv_length"),
 }
 
@@ -275,6 +277,24 @@ def test_a_media_prompt_prefills_in_chunks_with_its_media_whole_in_the_first(run
         last = int(re.search(r"image tokens at positions \d+-(\d+)", outcome.explanation).group(1))
         assert chunked.steps[0].length == last + 1 + closing > chunked.chunk_size, (chunked.steps, outcome.explanation)
         assert chunked.generate is not None and chunked.generate.first_divergence is None, chunked.generate
+
+
+def test_a_left_padded_media_prompt_is_compared_with_its_unpadded_run(runner):
+    """between_calls also gives a decoder-only family cell's own prompt (its image or audio) 3 masked pad columns on the
+    left, as a processor pads a batch: the tokens must be the unpadded run's. Healthy llava and qwen2_audio pass it;
+    planted ``left_pads_attended`` (LLaVA's generate() attends to the pad columns) fails exactly between_calls there,
+    naming the padded call."""
+    padded = "the cell's prompt with 3 extra masked pad columns on the left, after the calls before it"
+    for model_type in ("llava", "qwen2_audio"):
+        results = _results(runner, model_type)
+        record = runner.outcomes[_cell(model_type).id].record
+        assert record.calls is not None and padded in record.calls.checked, record.calls
+        assert results["between_calls"].passed, results["between_calls"].message
+    healthy = _results(runner, "llava")
+    with planted_family_fault("left_pads_attended"):
+        results = _results(runner, "llava")
+    assert _failing(results) - _failing(healthy) == {"between_calls"}, {n: r.message for n, r in results.items() if not r.passed}
+    assert f"{padded}: tokens part from its unpadded generate()" in results["between_calls"].message
 
 
 def test_generate_slicing_the_image_features_per_chunk_wrongly_is_caught(runner):

@@ -15,7 +15,8 @@ On a cell whose ``generate`` check ran (its cached greedy tokens for the probe's
 
 Tokens are compared exactly (float32 cells only); where they part, the first generated position and rows are named.
 A family cell's calls take its prompt from its adapter (``GenerateInputs``: an image, an encoder input), continued as
-the adapter says; the second, padded prompt is a causal LM's only.
+the adapter says; a causal LM's second prompt is another, padded one, a decoder-only family cell's its own prompt (its
+media) left-padded the same way (``GenerateInputs.left_padded``).
 """
 
 from __future__ import annotations
@@ -137,6 +138,8 @@ def _run(model: Model, plan: Any, first: GenerateRecord | None, inputs: Generate
         _continued(model, inputs, steps, tokens, logits, record)
         if causal:
             _second_prompt(model, plan, vocab, record)
+        else:
+            _padded_prompt(model, inputs, tokens, record)
         return
     kwargs = cache_implementation(plan.cache, model.config)  # the user's arguments, one dict passed to both calls
     config = _config(model, steps, inputs=inputs)
@@ -228,6 +231,30 @@ def _unset(model: Model, name: str) -> Iterator[None]:
     finally:
         if config is not None:
             setattr(config, name, saved)
+
+
+def _padded_prompt(model: Model, inputs: GenerateInputs, tokens: list[list[int]], record: CallsRecord) -> None:
+    """A family cell's own prompt (its image or audio) with ``EXTRA_PADDING`` masked pad columns on the left (the text
+    config's pad id), after the calls above, against the cell's unpadded cached ``tokens`` (their first half)."""
+    padded = inputs.left_padded(EXTRA_PADDING, _pad_id(model, inputs))
+    if padded is None:
+        return
+    steps = max(1, len(tokens[0]) // 2)
+    what = f"the cell's prompt with {EXTRA_PADDING} extra masked pad columns on the left, after the calls before it"
+    got = _new_tokens(_generate(model, padded.kwargs, _config(model, steps, inputs=padded), record, what), padded.prompt_length)
+    _compare(record, what, got, [row[:steps] for row in tokens], "its unpadded generate()")
+
+
+def _pad_id(model: Model, inputs: GenerateInputs) -> int:
+    """The text config's pad id, as a tokenizer pads; where the shrunk config gives it an id the prompt holds (a
+    placeholder: sub-configs' special ids are moved into the small vocabulary one config at a time), the lowest id the
+    prompt does not hold."""
+    pad_id = getattr(model.config.get_text_config(decoder=True), "pad_token_id", None)
+    ids = inputs.kwargs.get("input_ids")
+    held = set(ids.flatten().tolist()) if isinstance(ids, torch.Tensor) else set()
+    if isinstance(pad_id, int) and pad_id not in held:
+        return pad_id
+    return next(i for i in range(len(held) + 1) if i not in held)
 
 
 def _second_prompt(model: Model, plan: Any, vocab: int, record: CallsRecord) -> None:

@@ -7,7 +7,7 @@ its decoder prompt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -43,6 +43,25 @@ class GenerateInputs:
         if self.sequence_key == "input_ids":
             kwargs["attention_mask"] = torch.ones_like(sequences)
         return kwargs
+
+    def left_padded(self, columns: int, pad_id: int) -> GenerateInputs | None:
+        """The same prompt with ``columns`` masked pad columns on the left, as a tokenizer pads a batch to a longer row or
+        to ``pad_to_multiple_of``: the ids get ``pad_id``, the attention mask 0, and every other per-position input (a
+        tensor whose first two dimensions are the ids': token types, an image's position mask) 0. ``None`` for a prompt
+        continued as ``decoder_input_ids`` (an encoder-decoder's decoder prompt is not padded so) or without ids."""
+        ids = self.kwargs.get("input_ids")
+        if self.sequence_key != "input_ids" or not isinstance(ids, torch.Tensor):  # an audio-only or encoder-decoder prompt
+            return None
+
+        def padded(key: str, value: Any) -> Any:
+            if not (isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == ids.shape):
+                return value
+            fill = pad_id if key == "input_ids" else 0
+            return torch.cat([torch.full((value.shape[0], columns, *value.shape[2:]), fill, dtype=value.dtype,
+                                         device=value.device), value], dim=1)
+
+        return replace(self, kwargs={key: padded(key, value) for key, value in self.kwargs.items()},
+                       prompt_length=self.prompt_length + columns, padded=None)
 
     @classmethod
     def of_ids(cls, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> GenerateInputs:
