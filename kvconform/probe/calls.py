@@ -261,12 +261,11 @@ def _second_prompt(model: Model, plan: Any, vocab: int, record: CallsRecord) -> 
     """A different prompt, with ``EXTRA_PADDING`` masked pad columns (id 0) on the left, after the calls above, against
     its own unpadded uncached ``generate()``; where they part, the unpadded cached call says whether the padding did."""
     prompt = make_prompt(plan.batch_size, plan.prompt_length, plan.seed + SECOND_PROMPT_SEED, vocab, input_device(model))
-    mask, steps = torch.ones_like(prompt), max(1, plan.decode_steps // 2)
-    pad = torch.zeros(prompt.shape[0], EXTRA_PADDING, dtype=prompt.dtype, device=prompt.device)
+    steps = max(1, plan.decode_steps // 2)
+    padded = GenerateInputs.of_ids(prompt).left_padded(EXTRA_PADDING, 0)
+    assert padded is not None  # a prompt of ids
     what = f"a second prompt (seed + 1) with {EXTRA_PADDING} extra masked pad columns on the left, after the calls before it"
-    padded = _generate(model, {"input_ids": torch.cat([pad, prompt], dim=1), "attention_mask": torch.cat([pad, mask], dim=1)},
-                       _config(model, steps), record, what)
-    cached = _new_tokens(padded, prompt.shape[1] + EXTRA_PADDING)
+    cached = _new_tokens(_generate(model, padded.kwargs, _config(model, steps), record, what), padded.prompt_length)
     uncached = _new_tokens(_generate(model, GenerateInputs.of_ids(prompt).kwargs, _config(model, steps, use_cache=False), record,
                                      "the second prompt's uncached generate()"), prompt.shape[1])
     parted = parted_at(cached, uncached)
