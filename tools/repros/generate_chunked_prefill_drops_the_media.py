@@ -8,20 +8,28 @@ forward on the first iteration only (LLaVA: ``if is_first_iteration or not use_c
 5.10.4; from 5.18 the generic MULTIMODAL_INPUTS_TO_DROP_OUTSIDE_PREFILL): no chunk gets the image, its placeholder ids are
 embedded as text, and the tokens part from plain generate() from the first one. 5.23 passes ``is_first_iteration=True``
 to the chunks and hands each its placeholders' pre-encoded features (refusing raw media it cannot split); 5.0 refuses
-every chunked prefill. LLaVA here, with an image of 17 feature tokens in a 23-token prompt, prefill_chunk_size=8.
+every chunked prefill. LLaVA (an image of 17 feature tokens), Qwen2-VL (whose rope index, given the image's grid in a
+chunk without its features, raises on 5.1-5.18) and Qwen2-Audio (the audio dropped) here, prefill_chunk_size=8.
 Exit 1 while the bug is there (the chunked generate() returns other tokens than generate()), else 0.
 """
+import inspect
 import sys
 
 import torch
 import transformers
-from transformers import LlavaConfig, LlavaForConditionalGeneration
+from transformers import (
+    LlavaConfig,
+    LlavaForConditionalGeneration,
+    Qwen2AudioConfig,
+    Qwen2AudioForConditionalGeneration,
+    Qwen2VLConfig,
+    Qwen2VLForConditionalGeneration,
+)
 
 TRANSFORMERS = ">=5.1,<5.23"  # 5.0 refuses chunked prefill; 5.23 hands each chunk its features
 
 
-def main() -> int:
-    torch.manual_seed(0)
+def _llava() -> tuple[torch.nn.Module, dict]:
     config = LlavaConfig(
         vision_config={"model_type": "clip_vision_model", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
                        "num_attention_heads": 2, "image_size": 16, "patch_size": 4, "projection_dim": 32},
@@ -29,21 +37,75 @@ def main() -> int:
                      "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
                      "max_position_embeddings": 64, "initializer_range": 0.15},
         image_token_index=255, vision_feature_select_strategy="full", image_seq_length=17)
-    model = LlavaForConditionalGeneration(config).eval()
     text = torch.randint(3, 240, (2, 6), generator=torch.Generator().manual_seed(0))
     ids = torch.cat([text[:, :2], torch.full((2, 17), 255), text[:, 2:]], dim=1)  # the processor's 17 image tokens
-    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "max_new_tokens": 3, "min_new_tokens": 3,
-             "pixel_values": torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1)),
-             "do_sample": False, "pad_token_id": 0}
+    return LlavaForConditionalGeneration(config).eval(), {
+        "input_ids": ids, "attention_mask": torch.ones_like(ids),
+        "pixel_values": torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))}
+
+
+def _qwen2_vl() -> tuple[torch.nn.Module, dict]:
+    config = Qwen2VLConfig(
+        text_config={"vocab_size": 256, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                     "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 64,
+                     "initializer_range": 0.15, "bos_token_id": None, "eos_token_id": None,
+                     "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default",
+                                                                    "mrope_section": [2, 3, 3]}},
+        vision_config={"depth": 2, "embed_dim": 64, "hidden_size": 64, "num_heads": 4, "patch_size": 8,
+                       "spatial_merge_size": 2, "temporal_patch_size": 2, "initializer_range": 0.15},
+        image_token_id=255, video_token_id=254, vision_start_token_id=253, vision_end_token_id=252)
+    model = Qwen2VLForConditionalGeneration(config).eval()
+    text = torch.randint(3, 240, (2, 6), generator=torch.Generator().manual_seed(0))
+    image = torch.tensor([[253, *[255] * 8, 252]] * 2)  # a 32 x 64 image: 4 x 8 patches merged 2 x 2
+    ids = torch.cat([text[:, :2], image, text[:, 2:]], dim=1)
+    given = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+             "pixel_values": torch.randn(64, 384, generator=torch.Generator().manual_seed(1)),
+             "image_grid_thw": torch.tensor([[1, 4, 8], [1, 4, 8]])}
+    if "mm_token_type_ids" in inspect.signature(model.forward).parameters:  # as the processor returns them (5.2x)
+        given["mm_token_type_ids"] = (ids == 255).long()
+    return model, given
+
+
+def _qwen2_audio() -> tuple[torch.nn.Module, dict]:
+    config = Qwen2AudioConfig(
+        audio_config={"num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 4, "encoder_ffn_dim": 128,
+                      "d_model": 64, "max_source_positions": 64, "initializer_range": 0.15},
+        text_config={"model_type": "qwen2", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                     "max_position_embeddings": 64, "initializer_range": 0.15},
+        audio_token_index=255)
+    text = torch.randint(3, 240, (2, 6), generator=torch.Generator().manual_seed(0))
+    ids = torch.cat([text[:, :2], torch.full((2, 32), 255), text[:, 2:]], dim=1)  # 128 frames: 32 audio tokens
+    return Qwen2AudioForConditionalGeneration(config).eval(), {
+        "input_ids": ids, "attention_mask": torch.ones_like(ids),
+        "input_features": torch.randn(2, 128, 128, generator=torch.Generator().manual_seed(1)),
+        "feature_attention_mask": torch.ones(2, 128, dtype=torch.long)}
+
+
+def main() -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
-    with torch.no_grad():
-        plain = model.generate(**given)[:, ids.shape[1]:].tolist()
-        chunked = model.generate(**given, prefill_chunk_size=8)[:, ids.shape[1]:].tolist()
-    print(f"generate(): {plain}; generate(prefill_chunk_size=8): {chunked}")
-    if chunked != plain:
-        print("BUG: the chunked generate() parts from generate() (its chunks got no image)")
-        return 1
-    return 0
+    found = False
+    for name, build in (("llava", _llava), ("qwen2_vl", _qwen2_vl), ("qwen2_audio", _qwen2_audio)):
+        torch.manual_seed(0)
+        model, given = build()
+        width = given["input_ids"].shape[1]
+        settings = {"max_new_tokens": 3, "min_new_tokens": 3, "do_sample": False, "pad_token_id": 0}
+        with torch.no_grad():
+            plain = model.generate(**given, **settings)[:, width:].tolist()
+            try:
+                chunked = model.generate(**given, **settings, prefill_chunk_size=8)[:, width:].tolist()
+            except Exception as exc:  # the Qwen2-VL-style variant: the rope index over a chunk given the image's grid
+                if "Chunked prefill cannot split the raw multimodal inputs" in str(exc):  # 5.23+: raw audio refused
+                    print(f"{name}: generate() refuses a chunked prefill of its raw media (not the bug)")
+                    continue
+                print(f"BUG {name}: generate(prefill_chunk_size=8) raised {type(exc).__name__}: {str(exc)[:120]}")
+                found = True
+                continue
+        print(f"{name}: generate(): {plain}; generate(prefill_chunk_size=8): {chunked}")
+        if chunked != plain:
+            print(f"BUG {name}: the chunked generate() parts from generate() (its chunks got no media)")
+            found = True
+    return 1 if found else 0
 
 
 if __name__ == "__main__":
