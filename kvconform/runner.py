@@ -132,8 +132,9 @@ class CellRunner:
 
 
 def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
-    """A family cell's generate() paths: the one generate, beam and assisted paths and the calls through one instance,
-    given the family's adapter, and generate(prefill_chunk_size=...) where its chunked prefill ran (timed)."""
+    """A family cell's generate() paths: the one generate, beam and assisted paths, a ragged batch of its prompt and the
+    calls through one instance, given the family's adapter, and generate(prefill_chunk_size=...) where its chunked prefill
+    ran (timed)."""
     from kvconform.families.encoder_decoder import assisted_inputs
     from kvconform.families.geometry import self_attention_geometry
     from kvconform.probe.assisted import run_assisted
@@ -154,6 +155,14 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
             else:
                 record.extras[name] = run()
             record.timings[f"{name}_s"] = time.perf_counter() - start
+    if plan.ragged and inputs is not None:
+        from kvconform.families.decoders import inner_language_model
+        from kvconform.probe.ragged_generate import run_ragged_generate
+
+        start = time.perf_counter()
+        decoder = inner_language_model(model) or model
+        record.paths["ragged"] = run_ragged_generate(model, decoder, inputs, plan)
+        record.timings["ragged_s"] = time.perf_counter() - start
     if plan.calls and inputs is not None:
         from kvconform.probe.calls import run_calls
 

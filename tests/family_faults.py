@@ -27,6 +27,9 @@
   leaves the cross-attention half's where they were (each row then reads another row's encoder K/V);
 - ``left_pads_attended``: LLaVA's ``prepare_inputs_for_generation`` hands the forward an all-ones attention mask, so a
   left-padded prompt's pad columns are attended (a prompt without padding is unchanged);
+- ``decode_steps_drop_the_encoder_mask``: T5's decoder, on a one-position forward (a decode step), reads the encoder
+  output without its attention mask, so a padded encoder row's decode steps attend to its pad positions (a forward over
+  several decoder positions, the prefill, keeps the mask);
 - ``chunk_features_reversed``: generate()'s chunked prefill hands each chunk the pre-encoded image features of its
   placeholders in reverse order (``_slice_mm_encoder_output`` given the rows backwards), so a chunk that holds part of
   the image scatters another part's features into it; one prefill, and the hand-driven chunks, keep the image whole;
@@ -387,6 +390,21 @@ def _left_pads_attended() -> list[Patch]:
     return [(LlavaForConditionalGeneration, "prepare_inputs_for_generation", prepare)]
 
 
+def _decode_steps_drop_the_encoder_mask() -> list[Patch]:
+    from transformers.models.t5.modeling_t5 import T5Stack
+
+    original = T5Stack.forward
+
+    @functools.wraps(original)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        ids = kwargs.get("input_ids")
+        if self.is_decoder and isinstance(ids, torch.Tensor) and ids.shape[1] == 1:
+            kwargs["encoder_attention_mask"] = None
+        return original(self, *args, **kwargs)
+
+    return [(T5Stack, "forward", forward)]
+
+
 def _chunk_features_reversed() -> list[Patch]:
     import transformers.generation.utils as generation
 
@@ -478,6 +496,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "reference_window_never_evicts": _reference_window_never_evicts,
     "cross_half_not_reordered": _cross_half_not_reordered,
     "left_pads_attended": _left_pads_attended,
+    "decode_steps_drop_the_encoder_mask": _decode_steps_drop_the_encoder_mask,
     "chunk_features_reversed": _chunk_features_reversed,
     "extend_keeps_last_only": _extend_keeps_last_only,
     "static_copy_shares_storage": _static_copy_shares_storage,

@@ -42,7 +42,8 @@ def _unexplained(model_type: str, failed: dict[str, str]) -> dict[str, str]:
 
 def _cell(model_type: str, cache: str = "dynamic") -> Cell:
     settings = Settings(dtypes=("float32",), devices=("cpu",), caches=("dynamic", "static"), tolerances=TOLERANCES,
-                        generate=True, beam=True, prefix_reuse=True, crop=True, chunked_prefill=True, window_crossings=True)
+                        generate=True, beam=True, prefix_reuse=True, crop=True, chunked_prefill=True, window_crossings=True,
+                        ragged=True)
     family = MODELS[model_type]
     return Cell(ModelSpec(id=f"{model_type}-family", source="synthetic", location=model_type, settings=settings, family=family),
                 "float32", "cpu", cache, "sdpa")
@@ -123,11 +124,11 @@ def test_a_static_sliding_window_with_an_image_in_the_prompt_is_crossed(runner):
 
 
 @pytest.mark.parametrize(("fault", "model_type", "fails"), [
-    ("static_wrong_slot", "llava", {"parity", "kv_parity", "generate", "crop", "prefix_reuse"}),
+    ("static_wrong_slot", "llava", {"parity", "kv_parity", "generate", "crop", "prefix_reuse", "ragged"}),
     # t5's cross-attention half is static too: its encoder states land one slot late as well.
-    ("static_wrong_slot", "t5", {"parity", "kv_parity", "prefix_reuse", "shapes", "cross_shapes"}),
+    ("static_wrong_slot", "t5", {"parity", "kv_parity", "prefix_reuse", "shapes", "cross_shapes", "ragged"}),
     # (and the static cell's window crossings, through its text-only prompt: a prompt holding the image fills the window)
-    ("static_window_no_roll", "gemma3", {"parity", "kv_parity", "prefix_reuse", "window"}),
+    ("static_window_no_roll", "gemma3", {"parity", "kv_parity", "prefix_reuse", "window", "ragged"}),
 ])
 def test_a_static_cache_fault_is_caught_and_located_on_a_family_cell(runner, fault, model_type, fails):
     """Faults of the static layers (a decoded token written one slot late; a full sliding window that does not roll)
@@ -157,25 +158,27 @@ def test_beam_search_that_never_reorders_the_cache_is_caught_on_a_family_cell(ru
 def test_a_cached_generate_that_loses_the_image_is_caught():
     """The generate() path's own fault: LLaVA's cached generate() prefills without the pixel values. The hand-driven
     decode keeps the image (parity, growth, shapes and bytes pass); generate() with and without the cache part, and so
-    do the beams and the generate() calls through one instance (media_calls, whose calls build the cache too)."""
+    do the beams, the generate() calls through one instance (media_calls, whose calls build the cache too) and the
+    ragged batch's cached generate() against its rows' own uncached ones."""
     with planted_family_fault("cached_generate_drops_the_image"):
         results = _results(CellRunner(), "llava")
-    assert {name for name, result in results.items() if not result.passed} == {"generate", "beam", "media_calls"}, results
+    assert {name for name, result in results.items() if not result.passed} == {"generate", "beam", "media_calls", "ragged"}, results
     assert results["generate"].message.startswith("greedy tokens part at generated token 0"), results["generate"].message
 
 
 #: per (model type, cache): the checks the kept cache fails beyond the healthy cell's.
-KEPT_CACHE = {("llava", "static"): {"between_calls"}, ("t5", "static"): {"between_calls"},
+KEPT_CACHE = {("llava", "static"): {"between_calls", "ragged"}, ("t5", "static"): {"between_calls", "ragged"},
               # the media_calls run before the generate check keeps the first cache: generate() meets it too, and so
               # does the chunked prefill's comparison with the plain generate()
-              ("llava", "dynamic"): {"between_calls", "generate", "media_calls", "chunked_prefill"}}
+              ("llava", "dynamic"): {"between_calls", "generate", "media_calls", "chunked_prefill", "ragged"}}
 
 
 @pytest.mark.parametrize(("model_type", "cache"), sorted(KEPT_CACHE))
 def test_a_cache_kept_between_generate_calls_is_caught_on_a_family_cell(runner, model_type, cache):
     """The causal path's fault on a vision-language and an encoder-decoder cell: generate() hands the cache it built, not
-    reset, to the next greedy call of the same batch size. The decode loop and its cache paths never call generate(); on
-    static cells only between_calls calls generate() again, and names the call that met the stale cache."""
+    reset, to the next greedy call of the same batch size. The decode loop and its hand-driven cache paths never call
+    generate(); on static cells between_calls calls generate() again, and names the call that met the stale cache, and the
+    ragged batch's generate() meets it too."""
     healthy = _failing(_results(runner, model_type, cache))
     with planted("generate_reuses_cache"):
         results = _results(runner, model_type, cache)
@@ -235,7 +238,7 @@ DECODE_FAULTS = {
     # A mask one key wider than the K/V attention gets: sdpa skips the mask of a one-token decode, the logits survive
     # (llava's text-only prompt decodes through the same loop: its growth, in the text_only check, fails too; and its
     # left-padded generate() call, whose padded mask sdpa cannot skip, raises on the extra column in between_calls).
-    ("mask_one_wide", "llava", "dynamic"): ({"growth", "text_only", "between_calls"}, "get_mask_sizes(1) advertises kv_length"),
+    ("mask_one_wide", "llava", "dynamic"): ({"growth", "text_only", "between_calls", "ragged"}, "get_mask_sizes(1) advertises kv_length"),
     ("mask_one_wide", "t5", "dynamic"): ({"growth"}, "get_mask_sizes(1) advertises kv_length"),
 }
 
@@ -293,8 +296,72 @@ def test_a_left_padded_media_prompt_is_compared_with_its_unpadded_run(runner):
     healthy = _results(runner, "llava")
     with planted_family_fault("left_pads_attended"):
         results = _results(runner, "llava")
-    assert _failing(results) - _failing(healthy) == {"between_calls"}, {n: r.message for n, r in results.items() if not r.passed}
+    assert _failing(results) - _failing(healthy) == {"between_calls", "ragged"}, {n: r.message for n, r in results.items() if not r.passed}
     assert f"{padded}: tokens part from its unpadded generate()" in results["between_calls"].message
+
+
+@pytest.mark.parametrize(("model_type", "cache"), [("llava", "dynamic"), ("llava", "static"), ("qwen2_vl", "dynamic"),
+                                                   ("qwen2_audio", "static")])
+def test_a_ragged_batch_of_media_prompts_matches_each_rows_own_run(runner, model_type, cache):
+    """A decoder-only family cell's prompt batched with a shorter text in row 1, left-padded and masked as a processor
+    pads it, through generate(): each row's logits at every step against its own unpadded uncached run, growth by one per
+    forward, every layer's shape at the end (a static cache sized as generate() sizes it). Planted ``left_pads_attended``
+    (the pad columns attended) fails ragged at the padded row and decode step 0 (the prefill), the other checks as before."""
+    results = _results(runner, model_type, cache)
+    path = runner.outcomes[_cell(model_type, cache).id].record.paths["ragged"]
+    assert results["ragged"].passed, results["ragged"].message
+    assert "rows [0, 1] tokens shorter after the media" in results["ragged"].message
+    assert len(path.seq_lengths) == len(path.step_max_abs_delta) == 8 and path.seq_lengths[0] == path.first_length
+    if (model_type, cache) != ("llava", "dynamic"):  # a static cell's generate() builds its 4-D masks before the hook
+        return
+    healthy = _results(runner, model_type, cache)
+    with planted_family_fault("left_pads_attended"):
+        results = _results(runner, model_type, cache)
+    assert "ragged" in _failing(results) - _failing(healthy), results["ragged"].message
+    assert _failing(results) - _failing(healthy) <= {"ragged", "between_calls"}, {n: r.message for n, r in results.items() if not r.passed}
+    assert "cached logits leave one uncached pass over each row's own unpadded prompt and tokens from decode step 0" in results["ragged"].message
+    assert "batch row 1" in results["ragged"].message
+
+
+def test_a_ragged_encoder_batch_matches_each_rows_own_run_and_a_dropped_encoder_mask_is_caught(runner):
+    """An encoder-decoder's text input batched with a shorter row, right-padded and masked as its tokenizer pads it:
+    each row's logits against one uncached pass over its own unpadded encoder input (t5, dynamic and static). Planted
+    ``decode_steps_drop_the_encoder_mask`` (T5's decode steps read the encoder output unmasked) fails ragged alone, at the
+    padded row from decode step 1: the prefill keeps the mask, and no other path pads an encoder row it compares."""
+    for cache in ("dynamic", "static"):
+        results = _results(runner, "t5", cache)
+        assert results["ragged"].passed, results["ragged"].message
+        assert "the encoder's text input batched with rows [0, 1] tokens shorter, right-padded" in results["ragged"].message
+    healthy = _results(runner, "t5")
+    with planted_family_fault("decode_steps_drop_the_encoder_mask"):
+        results = _results(runner, "t5")
+    assert _failing(results) - _failing(healthy) == {"ragged"}, {n: r.message for n, r in results.items() if not r.passed}
+    message = results["ragged"].message
+    assert "own unpadded prompt and tokens from decode step 1" in message and "batch row 1" in message, message
+
+
+def test_a_ragged_batch_drops_text_after_the_media_and_pads_every_per_position_input():
+    """``GenerateInputs.ragged``: row r loses the last r tokens of its text columns and gets r masked pad columns on the
+    left (the ids the pad id, the mask and other per-position inputs 0); ``shortened(r)`` is that row unpadded, and the
+    media (not per position) is left as it is."""
+    import torch
+
+    from kvconform.probe.generate_inputs import GenerateInputs
+
+    ids = torch.tensor([[5, 6, 9, 9, 7, 8, 3], [15, 16, 9, 9, 17, 18, 3]])  # 9: placeholders, 3: a closing id
+    types = (ids == 9).long()
+    pixels = torch.ones(2, 3, 4, 4)
+    given = GenerateInputs({"input_ids": ids, "attention_mask": torch.ones_like(ids), "mm_token_type_ids": types,
+                            "pixel_values": pixels}, 6, text_columns=(4, 6))
+    ragged = given.ragged([0, 2], pad=0)
+    assert ragged is not None
+    assert ragged.kwargs["input_ids"].tolist() == [[5, 6, 9, 9, 7, 8, 3], [0, 0, 15, 16, 9, 9, 3]]
+    assert ragged.kwargs["attention_mask"].tolist() == [[1] * 7, [0, 0, 1, 1, 1, 1, 1]]
+    assert ragged.kwargs["mm_token_type_ids"].tolist() == [[0, 0, 1, 1, 0, 0, 0], [0, 0, 0, 0, 1, 1, 0]]
+    assert ragged.kwargs["pixel_values"] is pixels and ragged.prompt_length == 6
+    shortened = given.shortened(2)
+    assert shortened.kwargs["input_ids"].tolist() == [[5, 6, 9, 9, 3], [15, 16, 9, 9, 3]] and shortened.prompt_length == 4
+    assert GenerateInputs({"input_ids": ids}, 7).ragged([0, 1], pad=0) is None  # no text columns: nothing to drop
 
 
 def test_generate_slicing_the_image_features_per_chunk_wrongly_is_caught(runner):
@@ -317,10 +384,11 @@ def _failing(results: dict[str, CheckResult]) -> set[str]:
 
 @pytest.mark.parametrize("model_type", sorted(MODELS))
 def test_the_cache_paths_run_on_every_family(runner, model_type):
-    """crop, prefix_reuse and chunked_prefill on dynamic cells, reorder, prefix_reuse and chunked_prefill on static
-    ones, through the same code and checks as causal LMs; an encoder-decoder's static cache refuses crop, as
-    transformers does (EncoderDecoderCache.crop), and a prefix-LM's bidirectional prompt is not split."""
-    for cache, paths in (("dynamic", {"crop", "prefix_reuse"}), ("static", {"crop", "prefix_reuse", "reorder"})):
+    """crop, prefix_reuse, ragged and chunked_prefill on dynamic cells, reorder, prefix_reuse, ragged and chunked_prefill
+    on static ones, through the same code and checks as causal LMs; an encoder-decoder's static cache refuses crop, as
+    transformers does (EncoderDecoderCache.crop), a prefix-LM's bidirectional prompt is not split, and an encoder input
+    of audio features has no text a ragged row could lack."""
+    for cache, paths in (("dynamic", {"crop", "prefix_reuse", "ragged"}), ("static", {"crop", "prefix_reuse", "reorder", "ragged"})):
         results, record = _results(runner, model_type, cache), runner.outcomes[_cell(model_type, cache).id].record
         encoder_decoder = MODELS[model_type] in (SEQ2SEQ, SPEECH_SEQ2SEQ)
         ran = {name for name, path in record.paths.items() if not path.not_applicable}
@@ -376,7 +444,7 @@ def test_the_integer_caches_run_on_multimodal_cells_judged_by_their_design(runne
 
 #: per model type: the checks the planted prefill split fails beyond the healthy cell's; llava's media_calls compares
 #: each generate() call, whose first step is a cached prefill into an empty cache, with an uncached pass.
-PREFILL_SPLIT = {"llava": {"parity", "text_only", "media_calls", "chunked_prefill"}, "t5": {"parity"}}
+PREFILL_SPLIT = {"llava": {"parity", "text_only", "media_calls", "chunked_prefill", "ragged"}, "t5": {"parity", "ragged"}}
 
 
 @pytest.mark.parametrize("model_type", sorted(PREFILL_SPLIT))
@@ -407,5 +475,7 @@ def test_a_split_at_the_prefill_is_not_blamed_on_a_cache_read_on_a_family_cell(r
     assert chunked.details["diagnosis"] == "prefill differs", chunked.message
     assert healthy["chunked_prefill"].passed or healthy["chunked_prefill"].details["diagnosis"] == "cache fault"
     assert "its reference is one prefill into an empty cache, and the main decode's prefill differs already" in chunked.message
+    ragged = results["ragged"]  # generate()'s prefill of the padded batch, against uncached generate() of each row
+    assert ragged.details["diagnosis"] == "prefill differs" and "from decode step 0" in ragged.message, ragged.message
     assert _unexplained(model_type, {name: results[name].message for name in failed - PREFILL_SPLIT[model_type]}) == {}
     assert all(healthy[name].passed for name in PREFILL_SPLIT[model_type])

@@ -502,8 +502,9 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
     if any(length is not None for length in path.seq_lengths) and path.seq_lengths != expected:
         problems.append(f"get_seq_length() trace {path.seq_lengths}, expected {expected}")
     seen = expected[-1]
+    sized = replace(record, max_cache_len=path.max_cache_len) if path.max_cache_len is not None else record
     for layer, state in zip(geometry.layers, path.final_layers, strict=False):
-        problem = _layer_shape_problem(layer, state, record.plan.batch_size, seen, record)
+        problem = _layer_shape_problem(layer, state, record.plan.batch_size, seen, sized)
         if problem:
             problems.append(f"after the last step, layer {layer.index} ({layer.reason}): {problem.text}")
             break

@@ -97,8 +97,10 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     CheckInfo("generate", "generate() with and without the cache picks the same greedy tokens",
               enabled_by="generate", float32_only=True, caches=FULL_PRECISION, attention="default", families=GENERATE_PATHS,
               reuse_path=True),
-    CheckInfo("ragged", "a left-padded batch: each row matches its own unpadded uncached pass", enabled_by="ragged",
-              caches=FULL_PRECISION, attention="default", families=CAUSAL, reuse_path=True),
+    # Family cells through generate(): a vision- or audio-language prompt batched with shorter texts after the media
+    # (left-padded), an encoder-decoder's text input batched with a shorter row (right-padded, as its tokenizer pads).
+    CheckInfo("ragged", "a padded batch: each row matches its own unpadded uncached pass", enabled_by="ragged",
+              caches=FULL_PRECISION, attention="default", families=GENERATE_PATHS, reuse_path=True),
     CheckInfo("prefix_reuse", "a copied prefix cache, extended and decoded, matches a fresh run", enabled_by="prefix_reuse",
               caches=FULL_PRECISION, attention="default", families=CACHE_PATHS, reuse_path=True),
     CheckInfo("crop", "a prefilled cache cropped back 3 tokens and decoded again matches a fresh run", enabled_by="crop",

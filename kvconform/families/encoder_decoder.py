@@ -213,24 +213,19 @@ def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: tor
         return GenerateInputs(dict(tensors), 1, start, sequence_key="decoder_input_ids", carried=tuple(tensors))
     given = GenerateInputs({**tensors, "decoder_input_ids": prompt}, prompt.shape[1], start, sequence_key="decoder_input_ids",
                            carried=tuple(tensors))
-    padded = _padded_encoder_batch(model, tensors)
-    return replace(given, padded=replace(given, kwargs={**given.kwargs, **padded}, padded=None)) if padded else given
+    ids, pad = tensors.get("input_ids"), getattr(model.config, "pad_token_id", None)
+    if set(tensors) != {"input_ids"} or ids is None or pad is None or ids.shape[0] < 2 or ids.shape[1] <= ENCODER_PADDING:
+        return given  # an encoder input of features or pixels, a config without a pad id, one row: no text batch to pad
+    def one_pass(kwargs: dict[str, Any], sequences: torch.Tensor, prompt_length: int) -> torch.Tensor:
+        encoder = {key: value for key, value in kwargs.items() if not key.startswith("decoder_")}
+        return model(**encoder, decoder_input_ids=sequences, use_cache=False).logits
+
+    text = replace(given, text_columns=(0, ids.shape[1]), pad_side="right", one_pass=one_pass)
+    return replace(text, padded=text.ragged([0] * (ids.shape[0] - 1) + [ENCODER_PADDING], int(pad)))
 
 
 #: Positions the last row of a padded encoder batch leaves to padding (of the encoder input's, one fewer than the prompt).
 ENCODER_PADDING = 2
-
-
-def _padded_encoder_batch(model: Model, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-    """The text encoder input as a tokenizer pads a batch: the last row ``ENCODER_PADDING`` tokens shorter, its tail the
-    pad id with a 0 mask (``None`` for other encoder inputs, a config without a pad id, or a one-row batch)."""
-    ids = tensors.get("input_ids")
-    pad = getattr(model.config, "pad_token_id", None)
-    if set(tensors) != {"input_ids"} or ids is None or pad is None or ids.shape[0] < 2 or ids.shape[1] <= ENCODER_PADDING:
-        return None
-    ids, mask = ids.clone(), torch.ones_like(ids)
-    ids[-1, -ENCODER_PADDING:], mask[-1, -ENCODER_PADDING:] = int(pad), 0
-    return {"input_ids": ids, "attention_mask": mask}
 
 
 def assisted_inputs(model: Model, plan: ProbePlan, length: int) -> AssistedInputs:

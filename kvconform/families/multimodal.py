@@ -286,6 +286,13 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     # A continued call gives the media again only where the forward reads the image at every position (IDEFICS): the
     # cache holds the others' image tokens.
     carried = tuple(media_inputs) if needs_an_image(model) else ()
+
+    def one_pass(kwargs: dict[str, Any], sequences: torch.Tensor, prompt_length: int) -> torch.Tensor:
+        # As the media_calls' reference: the processor's mask, the media and token types of these ids, the prompt declared.
+        return model(input_ids=sequences, attention_mask=torch.ones_like(sequences), **inputs(sequences, probe, prompt_length),
+                     **whole_pass(model, prompt_length)).logits
+
     given = GenerateInputs({"input_ids": ids, "attention_mask": torch.ones_like(ids), **media_inputs}, prompt.shape[1],
-                           {"suppress_tokens": sorted(forbidden)}, carried=carried)
+                           {"suppress_tokens": sorted(forbidden)}, carried=carried,
+                           text_columns=(TEXT_BEFORE_MEDIA + len(row), prompt.shape[1]), one_pass=one_pass)
     return MultimodalRun(with_media, text_only, calls, recipe, given)

@@ -32,7 +32,7 @@ import torch
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.probe.cache_io import cache_implementation, fixed_length_config, input_device, make_prompt, returned_cache
-from kvconform.probe.generate_inputs import GenerateInputs
+from kvconform.probe.generate_inputs import GenerateInputs, pad_id
 
 if TYPE_CHECKING:  # decode.py imports this module
     from kvconform.probe.decode import GenerateRecord
@@ -236,25 +236,13 @@ def _unset(model: Model, name: str) -> Iterator[None]:
 def _padded_prompt(model: Model, inputs: GenerateInputs, tokens: list[list[int]], record: CallsRecord) -> None:
     """A family cell's own prompt (its image or audio) with ``EXTRA_PADDING`` masked pad columns on the left (the text
     config's pad id), after the calls above, against the cell's unpadded cached ``tokens`` (their first half)."""
-    padded = inputs.left_padded(EXTRA_PADDING, _pad_id(model, inputs))
+    padded = inputs.left_padded(EXTRA_PADDING, pad_id(model, inputs))
     if padded is None:
         return
     steps = max(1, len(tokens[0]) // 2)
     what = f"the cell's prompt with {EXTRA_PADDING} extra masked pad columns on the left, after the calls before it"
     got = _new_tokens(_generate(model, padded.kwargs, _config(model, steps, inputs=padded), record, what), padded.prompt_length)
     _compare(record, what, got, [row[:steps] for row in tokens], "its unpadded generate()")
-
-
-def _pad_id(model: Model, inputs: GenerateInputs) -> int:
-    """The text config's pad id, as a tokenizer pads; where the shrunk config gives it an id the prompt holds (a
-    placeholder: sub-configs' special ids are moved into the small vocabulary one config at a time), the lowest id the
-    prompt does not hold."""
-    pad_id = getattr(model.config.get_text_config(decoder=True), "pad_token_id", None)
-    ids = inputs.kwargs.get("input_ids")
-    held = set(ids.flatten().tolist()) if isinstance(ids, torch.Tensor) else set()
-    if isinstance(pad_id, int) and pad_id not in held:
-        return pad_id
-    return next(i for i in range(len(held) + 1) if i not in held)
 
 
 def _second_prompt(model: Model, plan: Any, vocab: int, record: CallsRecord) -> None:

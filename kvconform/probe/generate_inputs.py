@@ -7,10 +7,14 @@ its decoder prompt.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+
+#: ``(kwargs, sequences, prompt_length) -> logits`` of one uncached forward (``GenerateInputs.one_pass``).
+OnePass = Callable[[dict[str, Any], torch.Tensor, int], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,17 @@ class GenerateInputs:
     padded: GenerateInputs | None = None
     """The same prompt as a tokenizer pads a batch of unequal rows, where the family has such a form (an encoder-decoder's
     text encoder input: its last row shorter, right-padded, masked); the chunked generate() takes it."""
+    text_columns: tuple[int, int] | None = None
+    """The columns of ``input_ids`` (``[start, end)``) holding plain text a row of a processor's batch may be shorter in:
+    a decoder prompt's text after its media, an encoder's text input; the ragged path drops a row's last ones. ``None``
+    where the prompt has no such text."""
+    pad_side: str = "left"
+    """Where a tokenizer pads the rows of ``input_ids``: on the left of a prompt generate() continues, on the right of an
+    encoder's input (T5's and BART's tokenizers)."""
+    one_pass: OnePass | None = None
+    """ONE uncached forward's logits over ``sequences`` (a prompt and its generated tokens, as generate() returns them),
+    given a call's ``kwargs`` (an encoder's input) and its prompt length: the adapter's media, token types and the like
+    (the ragged path's reference); ``None`` where the family gives none."""
 
     def continued(self, sequences: torch.Tensor) -> dict[str, Any]:
         """The arguments of a ``generate()`` call continued from the cache a call on these inputs returned ``sequences`` with."""
@@ -44,27 +59,92 @@ class GenerateInputs:
             kwargs["attention_mask"] = torch.ones_like(sequences)
         return kwargs
 
-    def left_padded(self, columns: int, pad_id: int) -> GenerateInputs | None:
+    def left_padded(self, columns: int, pad: int) -> GenerateInputs | None:
         """The same prompt with ``columns`` masked pad columns on the left, as a tokenizer pads a batch to a longer row or
-        to ``pad_to_multiple_of``: the ids get ``pad_id``, the attention mask 0, and every other per-position input (a
+        to ``pad_to_multiple_of``: the ids get ``pad``, the attention mask 0, and every other per-position input (a
         tensor whose first two dimensions are the ids': token types, an image's position mask) 0. ``None`` for a prompt
         continued as ``decoder_input_ids`` (an encoder-decoder's decoder prompt is not padded so) or without ids."""
+        ids = self._ids()
+        if ids is None:
+            return None
+        drops = [0] * ids.shape[0]
+
+        def rows(key: str, value: torch.Tensor) -> torch.Tensor:
+            return _rows_padded(value, drops, columns, _fill(key, pad), ids.shape[1])
+
+        return replace(self, kwargs=_per_position(self.kwargs, ids, rows),
+                       prompt_length=self.prompt_length + columns, padded=None, text_columns=None)
+
+    def shortened(self, drop: int) -> GenerateInputs:
+        """Every row's text ``drop`` tokens shorter (the last ``drop`` of ``text_columns`` left out), unpadded."""
+        ids = self.kwargs.get("input_ids")
+        if drop == 0 or not isinstance(ids, torch.Tensor) or self.text_columns is None:
+            return self
+        end = self.text_columns[1]
+        kwargs = _per_position(self.kwargs, ids, lambda key, value: torch.cat([value[:, : end - drop], value[:, end:]], dim=1))
+        shorter = drop if self.sequence_key == "input_ids" else 0  # an encoder's input: the decoder prompt stays
+        return replace(self, kwargs=kwargs, prompt_length=self.prompt_length - shorter, padded=None,
+                       text_columns=(self.text_columns[0], end - drop))
+
+    def ragged(self, drops: list[int], pad: int) -> GenerateInputs | None:
+        """A batch of unequal rows as a tokenizer pads it: row ``r`` is ``shortened(drops[r])``'s row with ``drops[r]``
+        masked pad columns on ``pad_side`` (the ids ``pad``, the attention mask, which a prompt without one gets, and
+        every other per-position input 0). ``None`` where the prompt has no text columns a row could lack."""
+        ids = self.kwargs.get("input_ids")
+        if not isinstance(ids, torch.Tensor) or self.text_columns is None:
+            return None
+        end = self.text_columns[1]
+
+        def rows(key: str, value: torch.Tensor) -> torch.Tensor:
+            return _rows_padded(value, drops, 0, _fill(key, pad), end, self.pad_side)
+
+        kwargs = {"attention_mask": torch.ones_like(ids), **self.kwargs}
+        return replace(self, kwargs=_per_position(kwargs, ids, rows), padded=None, text_columns=None)
+
+    def _ids(self) -> torch.Tensor | None:
         ids = self.kwargs.get("input_ids")
         if self.sequence_key != "input_ids" or not isinstance(ids, torch.Tensor):  # an audio-only or encoder-decoder prompt
             return None
-
-        def padded(key: str, value: Any) -> Any:
-            if not (isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == ids.shape):
-                return value
-            fill = pad_id if key == "input_ids" else 0
-            return torch.cat([torch.full((value.shape[0], columns, *value.shape[2:]), fill, dtype=value.dtype,
-                                         device=value.device), value], dim=1)
-
-        return replace(self, kwargs={key: padded(key, value) for key, value in self.kwargs.items()},
-                       prompt_length=self.prompt_length + columns, padded=None)
+        return ids
 
     @classmethod
     def of_ids(cls, ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> GenerateInputs:
         """A causal LM's prompt: the ids and their mask (all ones unless given)."""
         mask = torch.ones_like(ids) if attention_mask is None else attention_mask
         return cls({"input_ids": ids, "attention_mask": mask}, ids.shape[1])
+
+
+def pad_id(model: Any, inputs: GenerateInputs) -> int:
+    """The text config's pad id, as a tokenizer pads; where the shrunk config gives it an id the prompt holds (a
+    placeholder: sub-configs' special ids are moved into the small vocabulary one config at a time), the lowest id the
+    prompt does not hold."""
+    given = getattr(model.config.get_text_config(decoder=True), "pad_token_id", None)
+    ids = inputs.kwargs.get("input_ids")
+    held = set(ids.flatten().tolist()) if isinstance(ids, torch.Tensor) else set()
+    if isinstance(given, int) and given not in held:
+        return given
+    return next(i for i in range(len(held) + 1) if i not in held)
+
+
+def _fill(key: str, pad: int) -> int:
+    """What a pad column holds: ``pad`` in the ids, 0 in the attention mask and every other per-position input."""
+    return pad if key == "input_ids" else 0
+
+
+def _per_position(kwargs: dict[str, Any], ids: torch.Tensor,
+                  change: Callable[[str, torch.Tensor], torch.Tensor]) -> dict[str, Any]:
+    """``kwargs`` with ``change(key, value)`` applied to each per-position input of ``input_ids``: a tensor whose first two
+    dimensions are the ids' (the ids, the attention mask, token types, an image's position mask), never a decoder's."""
+    return {key: change(key, value) if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == ids.shape
+            and not key.startswith("decoder_") else value for key, value in kwargs.items()}
+
+
+def _rows_padded(value: torch.Tensor, drops: list[int], columns: int, fill: int, end: int, side: str = "left") -> torch.Tensor:
+    """Each row ``r`` of ``value`` without its ``drops[r]`` positions before column ``end``, with ``columns + drops[r]``
+    positions of ``fill`` on ``side`` (every row as wide as ``value`` plus ``columns``)."""
+    rows = []
+    for row, drop in zip(value, drops, strict=True):
+        pad = torch.full((columns + drop, *row.shape[1:]), fill, dtype=row.dtype, device=row.device)
+        kept = [row[: end - drop], row[end:]]
+        rows.append(torch.cat([pad, *kept] if side == "left" else [*kept, pad]))
+    return torch.stack(rows)

@@ -76,6 +76,9 @@ class PathRecord:
     """prefix_reuse: the first tensor of the original prefix cache that changed while its copy ran (shared state)."""
     api: ApiRecord | None = None
     """The cache API's edge calls made on copies of the path's caches (crop: ``cache_api.py``)."""
+    max_cache_len: int | None = None
+    """A static cache's length where the path's cache is not sized as the main decode's (``generate()`` sizes its own
+    ``max_length - 1``, generation/utils.py ``_prepare_cache_for_generation``); ``None``: the main decode's."""
 
 
 class PathNotApplicable(RuntimeError):
