@@ -314,7 +314,7 @@ def test_a_ragged_batch_of_media_prompts_matches_each_rows_own_run(runner, model
     assert len(path.seq_lengths) == len(path.step_max_abs_delta) == 8 and path.seq_lengths[0] == path.first_length
     if (model_type, cache) != ("llava", "dynamic"):  # a static cell's generate() builds its 4-D masks before the hook
         return
-    healthy = _results(runner, model_type, cache)
+    healthy = results
     with planted_family_fault("left_pads_attended"):
         results = _results(runner, model_type, cache)
     assert "ragged" in _failing(results) - _failing(healthy), results["ragged"].message
@@ -328,14 +328,13 @@ def test_a_ragged_encoder_batch_matches_each_rows_own_run_and_a_dropped_encoder_
     each row's logits against one uncached pass over its own unpadded encoder input (t5, dynamic and static). Planted
     ``decode_steps_drop_the_encoder_mask`` (T5's decode steps read the encoder output unmasked) fails ragged alone, at the
     padded row from decode step 1: the prefill keeps the mask, and no other path pads an encoder row it compares."""
-    for cache in ("dynamic", "static"):
-        results = _results(runner, "t5", cache)
+    healthy = {cache: _results(runner, "t5", cache) for cache in ("dynamic", "static")}
+    for results in healthy.values():
         assert results["ragged"].passed, results["ragged"].message
         assert "the encoder's text input batched with rows [0, 1] tokens shorter, right-padded" in results["ragged"].message
-    healthy = _results(runner, "t5")
     with planted_family_fault("decode_steps_drop_the_encoder_mask"):
         results = _results(runner, "t5")
-    assert _failing(results) - _failing(healthy) == {"ragged"}, {n: r.message for n, r in results.items() if not r.passed}
+    assert _failing(results) - _failing(healthy["dynamic"]) == {"ragged"}, {n: r.message for n, r in results.items() if not r.passed}
     message = results["ragged"].message
     assert "own unpadded prompt and tokens from decode step 1" in message and "batch row 1" in message, message
 

@@ -216,6 +216,7 @@ def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: tor
     ids, pad = tensors.get("input_ids"), getattr(model.config, "pad_token_id", None)
     if set(tensors) != {"input_ids"} or ids is None or pad is None or ids.shape[0] < 2 or ids.shape[1] <= ENCODER_PADDING:
         return given  # an encoder input of features or pixels, a config without a pad id, one row: no text batch to pad
+
     def one_pass(kwargs: dict[str, Any], sequences: torch.Tensor, prompt_length: int) -> torch.Tensor:
         encoder = {key: value for key, value in kwargs.items() if not key.startswith("decoder_")}
         return model(**encoder, decoder_input_ids=sequences, use_cache=False).logits
