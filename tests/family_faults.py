@@ -27,9 +27,9 @@
   leaves the cross-attention half's where they were (each row then reads another row's encoder K/V);
 - ``left_pads_attended``: LLaVA's ``prepare_inputs_for_generation`` hands the forward an all-ones attention mask, so a
   left-padded prompt's pad columns are attended (a prompt without padding is unchanged);
-- ``decode_steps_drop_the_encoder_mask``: T5's decoder, on a one-position forward (a decode step), reads the encoder
-  output without its attention mask, so a padded encoder row's decode steps attend to its pad positions (a forward over
-  several decoder positions, the prefill, keeps the mask);
+- ``decode_steps_drop_the_encoder_mask``: T5's and Speech2Text's decoders, on a one-position forward (a decode step),
+  read the encoder output without its attention mask, so a padded encoder row's decode steps attend to its pad positions
+  (a forward over several decoder positions, the prefill, keeps the mask);
 - ``chunk_features_reversed``: generate()'s chunked prefill hands each chunk the pre-encoded image features of its
   placeholders in reverse order (``_slice_mm_encoder_output`` given the rows backwards), so a chunk that holds part of
   the image scatters another part's features into it; one prefill, and the hand-driven chunks, keep the image whole;
@@ -391,18 +391,21 @@ def _left_pads_attended() -> list[Patch]:
 
 
 def _decode_steps_drop_the_encoder_mask() -> list[Patch]:
+    from transformers.models.speech_to_text.modeling_speech_to_text import Speech2TextDecoder
     from transformers.models.t5.modeling_t5 import T5Stack
 
-    original = T5Stack.forward
+    def unmasked(original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+            ids = kwargs.get("input_ids")
+            if getattr(self, "is_decoder", True) and isinstance(ids, torch.Tensor) and ids.shape[1] == 1:
+                kwargs["encoder_attention_mask"] = None
+            return original(self, *args, **kwargs)
 
-    @functools.wraps(original)
-    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        ids = kwargs.get("input_ids")
-        if self.is_decoder and isinstance(ids, torch.Tensor) and ids.shape[1] == 1:
-            kwargs["encoder_attention_mask"] = None
-        return original(self, *args, **kwargs)
+        return forward
 
-    return [(T5Stack, "forward", forward)]
+    return [(T5Stack, "forward", unmasked(T5Stack.forward)),
+            (Speech2TextDecoder, "forward", unmasked(Speech2TextDecoder.forward))]
 
 
 def _chunk_features_reversed() -> list[Patch]:

@@ -22,16 +22,18 @@ from tests.family_faults import planted as planted_family_fault
 from tests.faults import planted
 from tests.schema import undocumented_details
 
-#: t5gemma: a decoder with sliding layers (its cross half must have none) and no sdpa (its static cell runs all the same).
+#: t5gemma: a decoder with sliding layers (its cross half must have none) and no sdpa (its static cell runs all the same);
+#: speech_to_text: an audio encoder input its feature extractor pads and masks (Whisper's pads every clip to 30 s).
 MODELS = {"llava": VISION_LANGUAGE, "qwen2_vl": VISION_LANGUAGE, "gemma3": VISION_LANGUAGE, "t5": SEQ2SEQ,
-          "t5gemma": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "qwen2_audio": AUDIO_LANGUAGE}
+          "t5gemma": SEQ2SEQ, "whisper": SPEECH_SEQ2SEQ, "speech_to_text": SPEECH_SEQ2SEQ, "qwen2_audio": AUDIO_LANGUAGE}
 
 
 #: The labelled model bugs of these cells (model_matrix.yaml, each with its repro): model type -> check -> its words.
 KNOWN = {"whisper": {"chunked_prefill": "got multiple values for keyword argument 'position_ids'"},
          # the encoder-decoder continuation (5.3+) and the chunked prefill's encoder mask cut to the chunk (5.1+)
          **{model: {"between_calls": "its logits leave the one long call's", "chunked_prefill": "must match the size of tensor b"}
-            for model in ("t5", "t5gemma")}}
+            for model in ("t5", "t5gemma")},
+         "speech_to_text": {"between_calls": "its logits leave the one long call's"}}
 
 
 def _unexplained(model_type: str, failed: dict[str, str]) -> dict[str, str]:
@@ -85,7 +87,7 @@ def test_generate_and_beam_run_on_every_family_and_pass_healthy(runner, model_ty
         assert calls.measured == "not run" and "WhisperForConditionalGeneration has its own generate()" in calls.message, calls.message
     else:  # an encoder-decoder's continuation re-feeds its decoder prompt (model_matrix.yaml: a model bug with its repro);
         # a decoder-only family prompt is also given again left-padded
-        assert calls.measured == ("1/1 differ" if model_type in ("t5", "t5gemma") else "0/2 differ"), calls.message
+        assert calls.measured == ("1/1 differ" if model_type in ("t5", "t5gemma", "speech_to_text") else "0/2 differ"), calls.message
         assert "generate() of 4 tokens continued for 4 from the cache it returned" in calls.message, calls.message
 
 
@@ -339,6 +341,25 @@ def test_a_ragged_encoder_batch_matches_each_rows_own_run_and_a_dropped_encoder_
     assert "own unpadded prompt and tokens from decode step 1" in message and "batch row 1" in message, message
 
 
+def test_a_ragged_audio_batch_matches_the_padded_batchs_own_pass_and_a_dropped_encoder_mask_is_caught(runner):
+    """A speech encoder's input batched with a row half as long, zero-padded on the right and masked as its feature
+    extractor pads it: each row's logits against one uncached pass over the padded batch (speech_to_text, dynamic and
+    static). Planted ``decode_steps_drop_the_encoder_mask`` (Speech2Text's decode steps read the encoder output unmasked)
+    fails ragged alone, at the padded row from decode step 1; Whisper, padded to 30 s unmasked, is not batched so."""
+    healthy = {cache: _results(runner, "speech_to_text", cache) for cache in ("dynamic", "static")}
+    for results in healthy.values():
+        assert results["ragged"].passed, results["ragged"].message
+        assert "the encoder's audio input (input_features) batched with rows [0, 16] frames shorter, right-padded" in \
+            results["ragged"].message
+    with planted_family_fault("decode_steps_drop_the_encoder_mask"):
+        results = _results(runner, "speech_to_text")
+    assert _failing(results) - _failing(healthy["dynamic"]) == {"ragged"}, {n: r.message for n, r in results.items() if not r.passed}
+    message = results["ragged"].message
+    assert "padded batch and each row's tokens from decode step 1" in message and "batch row 1" in message, message
+    _results(runner, "whisper")
+    assert "Whisper's features" in (runner.outcomes[_cell("whisper").id].record.paths["ragged"].not_applicable or "")
+
+
 def test_a_ragged_batch_drops_text_after_the_media_and_pads_every_per_position_input():
     """``GenerateInputs.ragged``: row r loses the last r tokens of its text columns and gets r masked pad columns on the
     left (the ids the pad id, the mask and other per-position inputs 0); ``shortened(r)`` is that row unpadded, and the
@@ -351,7 +372,7 @@ def test_a_ragged_batch_drops_text_after_the_media_and_pads_every_per_position_i
     types = (ids == 9).long()
     pixels = torch.ones(2, 3, 4, 4)
     given = GenerateInputs({"input_ids": ids, "attention_mask": torch.ones_like(ids), "mm_token_type_ids": types,
-                            "pixel_values": pixels}, 6, text_columns=(4, 6))
+                            "pixel_values": pixels}, 6, ragged_columns=(4, 6))
     ragged = given.ragged([0, 2], pad=0)
     assert ragged is not None
     assert ragged.kwargs["input_ids"].tolist() == [[5, 6, 9, 9, 7, 8, 3], [0, 0, 15, 16, 9, 9, 3]]
@@ -361,6 +382,27 @@ def test_a_ragged_batch_drops_text_after_the_media_and_pads_every_per_position_i
     shortened = given.shortened(2)
     assert shortened.kwargs["input_ids"].tolist() == [[5, 6, 9, 9, 3], [15, 16, 9, 9, 3]] and shortened.prompt_length == 4
     assert GenerateInputs({"input_ids": ids}, 7).ragged([0, 1], pad=0) is None  # no text columns: nothing to drop
+
+
+def test_a_ragged_audio_batch_zero_pads_and_masks_the_last_row_half_as_long():
+    """``GenerateInputs.ragged`` on an audio input: the last row keeps its first half of the frames, right-padded with
+    zero frames, and gets an attention mask 0 there (the feature extractor's); the decoder prompt is left as it is."""
+    import torch
+
+    from kvconform.probe.generate_inputs import GenerateInputs
+
+    features, prompt = torch.arange(1, 25, dtype=torch.float32).reshape(2, 4, 3), torch.tensor([[7, 8], [7, 9]])
+    given = GenerateInputs({"input_features": features, "decoder_input_ids": prompt}, 2, sequence_key="decoder_input_ids",
+                           ragged_columns=(0, 4), ragged_key="input_features", pad_side="right")
+    drops = given.row_drops()
+    assert drops == [0, 2]
+    ragged = given.ragged(drops, pad=0)
+    assert ragged is not None
+    assert torch.equal(ragged.kwargs["input_features"][0], features[0])
+    assert torch.equal(ragged.kwargs["input_features"][1, :2], features[1, :2])
+    assert not ragged.kwargs["input_features"][1, 2:].any()
+    assert ragged.kwargs["attention_mask"].tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert ragged.kwargs["decoder_input_ids"] is prompt
 
 
 def test_generate_slicing_the_image_features_per_chunk_wrongly_is_caught(runner):
@@ -385,8 +427,8 @@ def _failing(results: dict[str, CheckResult]) -> set[str]:
 def test_the_cache_paths_run_on_every_family(runner, model_type):
     """crop, prefix_reuse, ragged and chunked_prefill on dynamic cells, reorder, prefix_reuse, ragged and chunked_prefill
     on static ones, through the same code and checks as causal LMs; an encoder-decoder's static cache refuses crop, as
-    transformers does (EncoderDecoderCache.crop), a prefix-LM's bidirectional prompt is not split, and an encoder input
-    of audio features has no text a ragged row could lack."""
+    transformers does (EncoderDecoderCache.crop), a prefix-LM's bidirectional prompt is not split, and Whisper's
+    features, which its feature extractor pads to 30 s unmasked, are not batched ragged."""
     for cache, paths in (("dynamic", {"crop", "prefix_reuse", "ragged"}), ("static", {"crop", "prefix_reuse", "reorder", "ragged"})):
         results, record = _results(runner, model_type, cache), runner.outcomes[_cell(model_type, cache).id].record
         encoder_decoder = MODELS[model_type] in (SEQ2SEQ, SPEECH_SEQ2SEQ)

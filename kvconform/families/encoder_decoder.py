@@ -213,15 +213,20 @@ def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: tor
         return GenerateInputs(dict(tensors), 1, start, sequence_key="decoder_input_ids", carried=tuple(tensors))
     given = GenerateInputs({**tensors, "decoder_input_ids": prompt}, prompt.shape[1], start, sequence_key="decoder_input_ids",
                            carried=tuple(tensors))
-    ids, pad = tensors.get("input_ids"), getattr(model.config, "pad_token_id", None)
-    if set(tensors) != {"input_ids"} or ids is None or pad is None or ids.shape[0] < 2 or ids.shape[1] <= ENCODER_PADDING:
-        return given  # an encoder input of features or pixels, a config without a pad id, one row: no text batch to pad
-
     def one_pass(kwargs: dict[str, Any], sequences: torch.Tensor, prompt_length: int) -> torch.Tensor:
         encoder = {key: value for key, value in kwargs.items() if not key.startswith("decoder_")}
         return model(**encoder, decoder_input_ids=sequences, use_cache=False).logits
 
-    text = replace(given, text_columns=(0, ids.shape[1]), pad_side="right", one_pass=one_pass)
+    audio = next((key for key in ("input_features", "input_values") if set(tensors) == {key}), None)
+    if audio is not None and prompt.shape[0] > 1 and "attention_mask" in inspect.signature(model.forward).parameters:
+        # a speech encoder's input as its feature extractor pads a batch (zeros, masked; Whisper-style models returned
+        # above: theirs pads every clip to 30 s unmasked); judged against the padded batch's own uncached pass
+        return replace(given, ragged_columns=(0, tensors[audio].shape[1]), ragged_key=audio, pad_side="right",
+                       reference_padded=True, one_pass=one_pass)
+    ids, pad = tensors.get("input_ids"), getattr(model.config, "pad_token_id", None)
+    if set(tensors) != {"input_ids"} or ids is None or pad is None or ids.shape[0] < 2 or ids.shape[1] <= ENCODER_PADDING:
+        return given  # an encoder input of pixels, a config without a pad id, one row: no text batch to pad
+    text = replace(given, ragged_columns=(0, ids.shape[1]), pad_side="right", one_pass=one_pass)
     return replace(text, padded=text.ragged([0] * (ids.shape[0] - 1) + [ENCODER_PADDING], int(pad)))
 
 

@@ -294,5 +294,5 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
 
     given = GenerateInputs({"input_ids": ids, "attention_mask": torch.ones_like(ids), **media_inputs}, prompt.shape[1],
                            {"suppress_tokens": sorted(forbidden)}, carried=carried,
-                           text_columns=(TEXT_BEFORE_MEDIA + len(row), prompt.shape[1]), one_pass=one_pass)
+                           ragged_columns=(TEXT_BEFORE_MEDIA + len(row), prompt.shape[1]), one_pass=one_pass)
     return MultimodalRun(with_media, text_only, calls, recipe, given)

@@ -39,13 +39,22 @@ class GenerateInputs:
     padded: GenerateInputs | None = None
     """The same prompt as a tokenizer pads a batch of unequal rows, where the family has such a form (an encoder-decoder's
     text encoder input: its last row shorter, right-padded, masked); the chunked generate() takes it."""
-    text_columns: tuple[int, int] | None = None
-    """The columns of ``input_ids`` (``[start, end)``) holding plain text a row of a processor's batch may be shorter in:
-    a decoder prompt's text after its media, an encoder's text input; the ragged path drops a row's last ones. ``None``
-    where the prompt has no such text."""
+    ragged_columns: tuple[int, int] | None = None
+    """The columns of ``ragged_key`` (``[start, end)``) a row of a processor's batch may be shorter in: a decoder
+    prompt's text after its media, an encoder's text input, an audio encoder input's frames; the ragged path drops a row's
+    last ones. ``None`` where the prompt has no such columns."""
+    ragged_key: str = "input_ids"
+    """The input whose second dimension a processor pads: ``input_ids``, or an audio encoder's ``input_features``
+    (frames) or ``input_values`` (samples), padded with zeros as feature extractors pad them."""
     pad_side: str = "left"
-    """Where a tokenizer pads the rows of ``input_ids``: on the left of a prompt generate() continues, on the right of an
-    encoder's input (T5's and BART's tokenizers)."""
+    """Where a processor pads the rows: on the left of a prompt generate() continues, on the right of an encoder's input
+    (T5's and BART's tokenizers, every speech feature extractor)."""
+    reference_padded: bool = False
+    """The ragged path's reference is one uncached pass over the padded batch itself, not each row's own unpadded input:
+    an audio encoder's convolutions and normalization read a row's padded frames by design (Speech2Text's second
+    convolution reads the first one's output over them, Moonshine's GroupNorm pools over time), so its output moves
+    with the padding without any cache; what the cache must do, every decode step reading the cross-attention half under
+    the encoder's mask, is what is judged."""
     one_pass: OnePass | None = None
     """ONE uncached forward's logits over ``sequences`` (a prompt and its generated tokens, as generate() returns them),
     given a call's ``kwargs`` (an encoder's input) and its prompt length: the adapter's media, token types and the like
@@ -73,33 +82,46 @@ class GenerateInputs:
             return _rows_padded(value, drops, columns, _fill(key, pad), ids.shape[1])
 
         return replace(self, kwargs=_per_position(self.kwargs, ids, rows),
-                       prompt_length=self.prompt_length + columns, padded=None, text_columns=None)
+                       prompt_length=self.prompt_length + columns, padded=None, ragged_columns=None)
 
     def shortened(self, drop: int) -> GenerateInputs:
-        """Every row's text ``drop`` tokens shorter (the last ``drop`` of ``text_columns`` left out), unpadded."""
+        """Every row's text ``drop`` tokens shorter (the last ``drop`` of ``ragged_columns`` left out), unpadded."""
         ids = self.kwargs.get("input_ids")
-        if drop == 0 or not isinstance(ids, torch.Tensor) or self.text_columns is None:
+        if drop == 0 or not isinstance(ids, torch.Tensor) or self.ragged_columns is None:
             return self
-        end = self.text_columns[1]
+        end = self.ragged_columns[1]
         kwargs = _per_position(self.kwargs, ids, lambda key, value: torch.cat([value[:, : end - drop], value[:, end:]], dim=1))
         shorter = drop if self.sequence_key == "input_ids" else 0  # an encoder's input: the decoder prompt stays
         return replace(self, kwargs=kwargs, prompt_length=self.prompt_length - shorter, padded=None,
-                       text_columns=(self.text_columns[0], end - drop))
+                       ragged_columns=(self.ragged_columns[0], end - drop))
+
+    def row_drops(self) -> list[int]:
+        """The columns each row of a ragged batch lacks: row ``r`` ``r`` tokens of text (all but one at most); an audio
+        input's last row half its frames or samples (enough for an encoder that subsamples its mask by hundreds of
+        samples, Moonshine's 384, to mask whole positions), the rows between evenly fewer."""
+        values = self.kwargs.get(self.ragged_key)
+        if not isinstance(values, torch.Tensor) or self.ragged_columns is None:
+            return []
+        rows, width = values.shape[0], self.ragged_columns[1] - self.ragged_columns[0]
+        if self.ragged_key == "input_ids":
+            return [min(row, width - 1) for row in range(rows)]
+        return [row * width // (2 * max(1, rows - 1)) for row in range(rows)]
 
     def ragged(self, drops: list[int], pad: int) -> GenerateInputs | None:
-        """A batch of unequal rows as a tokenizer pads it: row ``r`` is ``shortened(drops[r])``'s row with ``drops[r]``
+        """A batch of unequal rows as a processor pads it: row ``r`` is ``shortened(drops[r])``'s row with ``drops[r]``
         masked pad columns on ``pad_side`` (the ids ``pad``, the attention mask, which a prompt without one gets, and
-        every other per-position input 0). ``None`` where the prompt has no text columns a row could lack."""
-        ids = self.kwargs.get("input_ids")
-        if not isinstance(ids, torch.Tensor) or self.text_columns is None:
+        every other per-position input 0, audio features and samples too). ``None`` where the prompt has no columns a
+        row could lack."""
+        values = self.kwargs.get(self.ragged_key)
+        if not isinstance(values, torch.Tensor) or self.ragged_columns is None:
             return None
-        end = self.text_columns[1]
+        end = self.ragged_columns[1]
 
         def rows(key: str, value: torch.Tensor) -> torch.Tensor:
             return _rows_padded(value, drops, 0, _fill(key, pad), end, self.pad_side)
 
-        kwargs = {"attention_mask": torch.ones_like(ids), **self.kwargs}
-        return replace(self, kwargs=_per_position(kwargs, ids, rows), padded=None, text_columns=None)
+        kwargs = {"attention_mask": torch.ones(values.shape[:2], dtype=torch.long, device=values.device), **self.kwargs}
+        return replace(self, kwargs=_per_position(kwargs, values, rows), padded=None, ragged_columns=None)
 
     def _ids(self) -> torch.Tensor | None:
         ids = self.kwargs.get("input_ids")
@@ -127,16 +149,18 @@ def pad_id(model: Any, inputs: GenerateInputs) -> int:
 
 
 def _fill(key: str, pad: int) -> int:
-    """What a pad column holds: ``pad`` in the ids, 0 in the attention mask and every other per-position input."""
+    """What a pad column holds: ``pad`` in the ids, 0 in the attention mask and every other per-position input (audio
+    features and samples: feature extractors' ``padding_value``)."""
     return pad if key == "input_ids" else 0
 
 
 def _per_position(kwargs: dict[str, Any], ids: torch.Tensor,
                   change: Callable[[str, torch.Tensor], torch.Tensor]) -> dict[str, Any]:
-    """``kwargs`` with ``change(key, value)`` applied to each per-position input of ``input_ids``: a tensor whose first two
-    dimensions are the ids' (the ids, the attention mask, token types, an image's position mask), never a decoder's."""
-    return {key: change(key, value) if isinstance(value, torch.Tensor) and value.dim() >= 2 and value.shape[:2] == ids.shape
-            and not key.startswith("decoder_") else value for key, value in kwargs.items()}
+    """``kwargs`` with ``change(key, value)`` applied to each per-position input of ``ids`` (``input_ids``, or an audio
+    input): a tensor whose first two dimensions are the ids' (the ids, the attention mask, token types, an image's
+    position mask), never a decoder's."""
+    return {key: change(key, value) if isinstance(value, torch.Tensor) and value.dim() >= 2
+            and value.shape[:2] == ids.shape[:2] and not key.startswith("decoder_") else value for key, value in kwargs.items()}
 
 
 def _rows_padded(value: torch.Tensor, drops: list[int], columns: int, fill: int, end: int, side: str = "left") -> torch.Tensor:

@@ -35,16 +35,14 @@ def run_ragged_generate(model: Model, decoder: Model, inputs: GenerateInputs, pl
 
 
 def _ragged(model: Model, decoder: Model, inputs: GenerateInputs, steps: int, cache: str) -> PathRecord:
-    ids = inputs.kwargs.get("input_ids")
-    text = inputs.text_columns
-    one_pass = inputs.one_pass
-    if not isinstance(ids, torch.Tensor) or text is None or one_pass is None or ids.shape[0] < 2 or text[1] - text[0] < 2:
-        raise PathNotApplicable("the cell's generate() inputs hold no text a row of a padded batch could be shorter in (an "
-                                "encoder input of audio features or pixels, a streaming prompt whose every position carries "
-                                "the media, a config without a pad id, or one row)")
-    drops = [min(row, text[1] - text[0] - 1) for row in range(ids.shape[0])]
+    drops, one_pass = inputs.row_drops(), inputs.one_pass
+    if len(drops) < 2 or one_pass is None or drops[-1] == 0:
+        raise PathNotApplicable("the cell's generate() inputs hold nothing a processor pads in a batch of unequal rows (an "
+                                "encoder input of pixels, Whisper's features, which its feature extractor pads to 30 s "
+                                "unmasked, a streaming prompt whose every position carries the media, a config without a "
+                                "pad id, or one row)")
     padded = inputs.ragged(drops, pad_id(model, inputs))
-    assert padded is not None  # a prompt of ids with text columns
+    assert padded is not None  # a prompt with columns a row may lack
     config = fixed_length_config(model, steps, True, output_logits=True, return_dict_in_generate=True, **inputs.config,
                                  **cache_implementation(cache, model.config))
     keyword, lengths = cache_keyword(decoder), []
@@ -61,22 +59,42 @@ def _ragged(model: Model, decoder: Model, inputs: GenerateInputs, steps: int, ca
     steps = len(logits)
     deltas = [torch.zeros(len(drops), device=step.device) for step in logits]
     scale = 0.0
+    batch = one_pass(padded.kwargs, output.sequences, padded.prompt_length) if inputs.reference_padded else None
     for row, drop in enumerate(drops):
-        own = inputs.shortened(drop)
-        # the row's own sequence: without its pad columns where the prompt is the sequence (left-padded); every row of the
-        # forward carries it (only this row is compared), so the batch's media stay as given
-        sequence = output.sequences[row, drop:] if inputs.sequence_key == "input_ids" else output.sequences[row]
-        reference = one_pass(own.kwargs, sequence.expand(len(drops), -1), own.prompt_length)[row, -steps - 1 : -1]
+        if batch is not None:
+            reference = batch[row, -steps - 1 : -1]
+        else:
+            own = inputs.shortened(drop)
+            # the row's own sequence: without its pad columns where the prompt is the sequence (left-padded); every row of
+            # the forward carries it (only this row is compared), so the batch's media stay as given
+            sequence = output.sequences[row, drop:] if inputs.sequence_key == "input_ids" else output.sequences[row]
+            reference = one_pass(own.kwargs, sequence.expand(len(drops), -1), own.prompt_length)[row, -steps - 1 : -1]
         scale = max(scale, float(torch.nan_to_num(reference.float()).abs().max()))
         for k, cached in enumerate(logits):
             deltas[k][row] = row_delta(cached[row : row + 1], reference[k : k + 1])[0]
-    what = "the cell's prompt" if inputs.sequence_key == "input_ids" else "the encoder's text input"
-    after = " after the media" if text[0] > 0 else ""
-    description = (f"{what} batched with rows {drops} tokens shorter{after}, {inputs.pad_side}-padded and masked, "
-                   "through generate()")
+    description = f"{_what(inputs)} batched with rows {drops} {_unit(inputs.ragged_key)} shorter{_after(inputs)}, " \
+                  f"{inputs.pad_side}-padded and masked, through generate()"
     record = summarize("ragged", deltas, scale, description, lengths, padded.prompt_length, returned_cache(output))
-    record.reference = "one uncached pass over each row's own unpadded prompt and tokens"
+    record.reference = ("one uncached pass over the padded batch and each row's tokens" if inputs.reference_padded
+                        else "one uncached pass over each row's own unpadded prompt and tokens")
     record.fed = output.sequences[:, -steps:].tolist()
     if cache == "static":  # generate() sizes its static cache for the whole call: the last token is not fed
         record.max_cache_len = padded.prompt_length + steps - 1
     return record
+
+
+def _what(inputs: GenerateInputs) -> str:
+    """The input a row of the batch is shorter in, in words."""
+    if inputs.sequence_key == "input_ids":
+        return "the cell's prompt"
+    return "the encoder's text input" if inputs.ragged_key == "input_ids" else f"the encoder's audio input ({inputs.ragged_key})"
+
+
+def _unit(key: str) -> str:
+    """What one column of ``key`` is."""
+    return {"input_ids": "tokens", "input_values": "samples"}.get(key, "frames")
+
+
+def _after(inputs: GenerateInputs) -> str:
+    """Where the dropped columns are, when not at the start of the input."""
+    return " after the media" if inputs.ragged_columns is not None and inputs.ragged_columns[0] > 0 else ""
