@@ -11,7 +11,7 @@ from kvconform.build.geometry import CacheGeometry, cache_geometry, explain
 from kvconform.build.models import load_master, model_in_dtype
 from kvconform.build.support import attention_model, cache_support, cell_support
 from kvconform.cells import Cell, check_applies, untestable
-from kvconform.families import CAUSAL_LM
+from kvconform.families import CAUSAL_LM, TEXT_TO_AUDIO
 from kvconform.matrix import QUANTIZED_KINDS
 from kvconform.path_failure import model_frame, path_failure_message
 from kvconform.probe.decode import ProbePlan, ProbeRecord, run_probe
@@ -108,7 +108,7 @@ class CellRunner:
         try:
             # Family cells run the attention from_pretrained picks: only their cache is asked about.
             reason = (cell_support(master, cell.cache, cell.attn) if cell.spec.family == CAUSAL_LM
-                      else cache_support(type(master), master.config, cell.cache))
+                      else cache_support(type(master), master.config, cell.cache) or family_cache_support(master, cell))
             if reason is not None:
                 return CellOutcome(load_s=self._load_s, model_type=model_type, not_applicable=reason)
             model = self._model_for(master, cell)
@@ -129,6 +129,16 @@ class CellRunner:
         except Exception as exc:  # noqa: BLE001 - a crash inside a model fails its cell's checks, not the run
             failure = path_failure_message(cell.id, cell.cache, cell.attn, exc, model_frame(exc, model))
             return CellOutcome(error=exc, load_s=self._load_s, model_type=model_type, path_failure=failure)
+
+
+def family_cache_support(master: Any, cell: Cell) -> str | None:
+    """Why a family cell's cache does not run beyond what generate() refuses: a codebook decoder's static cell where its
+    own generate() builds no static cache, or ``None``."""
+    if cell.spec.family != TEXT_TO_AUDIO or cell.cache != "static":
+        return None
+    from kvconform.families.codebook import static_support
+
+    return static_support(master)
 
 
 def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:

@@ -11,7 +11,7 @@ import transformers.generation.utils as generation_utils
 
 from kvconform.cells import Cell
 from kvconform.checks.table import INT_KINDS
-from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, VISION_LANGUAGE
+from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families import checks as family_checks
 from kvconform.matrix import ModelSpec, Settings
 from kvconform.results import CheckResult
@@ -36,6 +36,10 @@ KNOWN = {"whisper": {"chunked_prefill": "got multiple values for keyword argumen
          "speech_to_text": {"between_calls": "its logits leave the one long call's"}}
 
 
+#: Codebook decoders whose own generate(cache_implementation="static") builds a static cache (their static cells run).
+CODEBOOK_STATIC = ("dia", "csm", "musicgen_melody", "seamless_m4t")
+
+
 def _unexplained(model_type: str, failed: dict[str, str]) -> dict[str, str]:
     """``failed`` without the cell's labelled model bugs (each must still fail with its own words)."""
     known = KNOWN.get(model_type, {})
@@ -46,7 +50,7 @@ def _cell(model_type: str, cache: str = "dynamic") -> Cell:
     settings = Settings(dtypes=("float32",), devices=("cpu",), caches=("dynamic", "static"), tolerances=TOLERANCES,
                         generate=True, beam=True, prefix_reuse=True, crop=True, chunked_prefill=True, window_crossings=True,
                         ragged=True)
-    family = MODELS[model_type]
+    family = MODELS.get(model_type, TEXT_TO_AUDIO)
     return Cell(ModelSpec(id=f"{model_type}-family", source="synthetic", location=model_type, settings=settings, family=family),
                 "float32", "cpu", cache, "sdpa")
 
@@ -111,6 +115,48 @@ def test_static_family_cells_pass_healthy_with_static_layers_in_every_half(runne
     if outcome.family.cross is not None:
         cross = {state.layer_class for step in outcome.family.cross.record.steps for state in step.layers}
         assert cross == {"StaticLayer"}, cross
+
+
+def _codebook_results(runner: CellRunner, model_type: str, cache: str) -> tuple[CellOutcome, dict[str, CheckResult]]:
+    """A codebook decoder's cell probed afresh and every check of its family run."""
+    outcome = _outcome(runner, model_type, cache)
+    return outcome, family_checks.run_all_family(outcome.family, TEXT_TO_AUDIO, _cell(model_type, cache).tolerance)
+
+
+#: The labelled model bugs of the static codebook cells on their generate() (model_matrix.yaml, each with its repro).
+CODEBOOK_STATIC_KNOWN = {"csm": "differs", "musicgen_melody": "KeyError: 'encoder_outputs'"}
+
+
+@pytest.mark.parametrize("model_type", CODEBOOK_STATIC)
+def test_static_codebook_cells_decode_through_static_layers_and_generate_with_them(runner, model_type):
+    """Dia (both halves), CSM (its backbone), MusicGen Melody (the decoder, its prepended conditioning too) and
+    SeamlessM4T's text-to-unit model decode through StaticLayers only and pass every check; codebook_generate asks
+    generate() for the static cache and fails only where a labelled model bug makes it (CSM's uncached generate(),
+    MusicGen Melody's KeyError)."""
+    outcome, results = _codebook_results(runner, model_type, "static")
+    layers = {state.layer_class for step in outcome.record.steps for state in step.layers}
+    assert layers == {"StaticLayer"}, layers
+    assert outcome.record.max_cache_len is not None and outcome.record.max_cache_len >= outcome.record.steps[-1].seq_length
+    failed = {name: result.message for name, result in results.items() if not result.passed}
+    known = CODEBOOK_STATIC_KNOWN.get(model_type)
+    assert {k: m for k, m in failed.items() if not (k == "codebook_generate" and known and known in m)} == {}, failed
+    assert "cache_implementation=static" in results["codebook_generate"].message, results["codebook_generate"].message
+
+
+def test_a_static_slot_fault_is_caught_on_a_codebook_cell_and_musicgen_runs_no_static_cell(runner):
+    """A decoded token written one slot late fails the static Dia cell's parity and codebook_parity with the first K/V
+    divergence named, and its generate(cache_implementation="static"); MusicGen, whose generate() never builds a static
+    cache, has no static cell (not applicable, with the reason)."""
+    with planted("static_wrong_slot"):
+        _, results = _codebook_results(runner, "dia", "static")
+    failed = {name for name, result in results.items() if not result.passed}
+    assert {"parity", "codebook_parity", "codebook_generate"} <= failed <= {"parity", "codebook_parity", "codebook_generate",
+                                                                        "kv_parity"}, failed
+    assert "first K/V divergence at layer" in results["parity"].message, results["parity"].message
+    cell = _cell("musicgen", "static")
+    runner.outcomes.pop(cell.id, None)
+    outcome = runner.outcome(cell)
+    assert outcome.not_applicable is not None and "never builds its cache from cache_implementation" in outcome.not_applicable
 
 
 def test_a_static_sliding_window_with_an_image_in_the_prompt_is_crossed(runner):

@@ -25,11 +25,12 @@ INT_CACHES = ("quanto-int4", "quanto-int2", "hqq-int4", "hqq-int2")
 #: The caches a family cell runs, of its settings' (the cache-path axes beyond them are built for causal LMs only): the
 #: static cache, as generate(cache_implementation="static") builds it, for the families whose drivers take a cache; the
 #: quantized caches (fp8, quanto, HQQ) where generate() builds one, decoder-only models (it raises for encoder-decoders,
-#: generation/utils.py:2310-2315 in 5.24), judged by their design as causal cells are. Codebook decoders keep the dynamic
-#: cache (their driver builds none).
+#: generation/utils.py:2310-2315 in 5.24), judged by their design as causal cells are. Codebook decoders run the static
+#: cache where their own generate(cache_implementation="static") builds one for the stage the cell decodes
+#: (``codebook.STATIC_CODEBOOK_TYPES``; the others' static cells are not applicable, with the reason).
 MULTIMODAL_CACHES = ("dynamic", "static", "quantized", *INT_CACHES)
 FAMILY_CACHES = {VISION_LANGUAGE: MULTIMODAL_CACHES, AUDIO_LANGUAGE: MULTIMODAL_CACHES,
-                 SEQ2SEQ: ("dynamic", "static"), SPEECH_SEQ2SEQ: ("dynamic", "static"), TEXT_TO_AUDIO: ("dynamic",)}
+                 SEQ2SEQ: ("dynamic", "static"), SPEECH_SEQ2SEQ: ("dynamic", "static"), TEXT_TO_AUDIO: ("dynamic", "static")}
 
 #: Suffix of a family sweep's ids (``t5-s2s``): a model_type can be in several families (bart: causal-lm and seq2seq).
 ID_SUFFIX = {VISION_LANGUAGE: "vl", SEQ2SEQ: "s2s", SPEECH_SEQ2SEQ: "speech", AUDIO_LANGUAGE: "al", TEXT_TO_AUDIO: "ta"}

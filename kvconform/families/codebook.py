@@ -17,6 +17,7 @@ so the family decode loop runs unchanged over ``B * K`` rows and each row's logi
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -28,6 +29,7 @@ from kvconform.compat import cache_keyword
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.encoder_decoder import drive_encoder_decoder
 from kvconform.families.inputs import special_token_ids, text_ids
+from kvconform.probe.cache_io import new_cache, seq_length
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
 
@@ -119,21 +121,49 @@ class GenerateRun:
     error: str | None = None
 
 
+#: The codebook decoders whose own ``generate(cache_implementation="static")`` builds a static cache for the stage the
+#: cell decodes, by model type: their static cells decode through it and call generate() with it. Dia: an
+#: EncoderDecoderCache of two StaticCaches (_prepare_static_cache); CSM: the backbone's StaticCache, the depth decoder's
+#: per-frame cache the dynamic one its own generation config builds (generation_csm.py:274), as that call leaves it;
+#: MusicGen Melody: a StaticCache of the decoder config (its generate() calls _prepare_cache_for_generation,
+#: modeling_musicgen_melody.py:1966-1972); SeamlessM4T: the text-to-unit model's two-half one (``speech_``
+#: arguments reach its generate(), modeling_seamless_m4t.py:212-217).
+STATIC_CODEBOOK_TYPES = frozenset({"dia", "csm", "musicgen_melody", "seamless_m4t"})
+#: Why the other codebook decoders run no static cell, measured on 5.24.
+NO_STATIC_CELL = {
+    "musicgen": "MusicgenForConditionalGeneration.generate() never builds its cache from cache_implementation (it does "
+                "not call _prepare_cache_for_generation: modeling_musicgen.py:1882-2100 in 5.24), so "
+                "generate(cache_implementation='static') decodes with a DynamicCache: no static path of the model's",
+}
+
+
+def static_support(model: Model) -> str | None:
+    """Why a codebook decoder's static cell does not run, or ``None`` where its generate() builds a static cache."""
+    model_type = model.config.model_type
+    if model_type in STATIC_CODEBOOK_TYPES:
+        return None
+    return NO_STATIC_CELL.get(model_type, f"{type(model).__name__}: its stages' static caches are not built here (the "
+                              f"static codebook cells: {', '.join(sorted(STATIC_CODEBOOK_TYPES))})")
+
+
 def run_generate(model: Model, text: torch.Tensor, new_tokens: int, inputs: dict[str, torch.Tensor] | None = None,
-                 settings: dict[str, Any] | None = None) -> GenerateRun:
+                 settings: dict[str, Any] | None = None, cache: str = "dynamic") -> GenerateRun:
     """Greedy ``generate()`` on the text prompt (and ``inputs``, the audio a prompt holds) with ``use_cache`` True and
-    False, as a user calls it; ``settings`` are the model's own greedy ones. A model that returns its codes beside the text
-    ids (Higgs Audio: ``audio_sequences``) is compared on its codes."""
+    False, as a user calls it; ``settings`` are the model's own greedy ones; a static cell's cached call asks for
+    ``cache_implementation="static"``. A model that returns its codes beside the text ids (Higgs Audio:
+    ``audio_sequences``) is compared on its codes."""
     guidance = GUIDANCE_SCALE.get(model.config.model_type)
     settings = {"do_sample": False, "max_new_tokens": new_tokens, **GREEDY_SETTINGS.get(model.config.model_type, {}),
-                **({"guidance_scale": guidance} if guidance else {}), **(settings or {})}
+                **({"guidance_scale": guidance} if guidance else {}), **(settings or {}),
+                **({"cache_implementation": "static"} if cache == "static" else {})}
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
     outputs = {}
     for use_cache in (True, False):
+        given = settings if use_cache else {k: v for k, v in settings.items() if k != "cache_implementation"}
         try:
             with torch.inference_mode():
                 outputs[use_cache] = model.generate(input_ids=text, use_cache=use_cache, return_dict_in_generate=True,
-                                                    output_scores=True, **(inputs or {}), **settings)
+                                                    output_scores=True, **(inputs or {}), **given)
         except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
             return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
     return compare_generated(described, outputs[True], outputs[False])
@@ -216,7 +246,7 @@ def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
               f"{' as [B, S, K]' if codes.channels_last else ''}, start token {codes.start} in frame 0, delays "
               f"{list(codes.delays)} ({codes.source})")
     start = time.perf_counter()
-    generated = run_generate(model, text, plan.decode_steps)
+    generated = run_generate(model, text, plan.decode_steps, cache=plan.cache)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return CodebookRun(run, codes, recipe, generated, encoder)
 
@@ -225,18 +255,34 @@ def _prefix_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torc
     """MusicGen Melody: the forward prepends the text and chroma conditioning to the codes; decode steps run the
     decoder alone on the cache (``prepare_inputs_for_generation`` drops the conditioning once it is cached).
     Returns (driver, conditioning positions prepended to the codes)."""
-    keyword = cache_keyword(model.decoder)
+    keyword, outer_keyword = cache_keyword(model.decoder), cache_keyword(model)
 
-    def outer(ids: torch.Tensor, use_cache: bool) -> Any:
-        return model(input_ids=text, decoder_input_ids=ids, use_cache=use_cache)
+    def outer(ids: torch.Tensor, use_cache: bool, cache: Any = None) -> Any:
+        return model(input_ids=text, decoder_input_ids=ids, use_cache=use_cache,
+                     **({outer_keyword: cache, **_positions(model, cache, 0, prefix + ids.shape[1])} if cache is not None else {}))
 
     def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
-        return fed_back(outer(ids, True), cache)
+        return fed_back(outer(ids, True, cache), cache)
 
     def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
-        return fed_back(model.decoder(input_ids=ids, use_cache=True, **{keyword: cache}), cache)
+        seen = seq_length(cache) or 0
+        return fed_back(model.decoder(input_ids=ids, use_cache=True, **{keyword: cache},
+                                      **_positions(model.decoder, cache, seen, seen + ids.shape[1])), cache)
 
     prefix = int(outer(prompt[:, :1], False).logits.shape[1]) - 1
+    # a static cell's cache holds the prepended conditioning too (generate() sizes it by max_length alone: the cell's
+    # own cache is sized to what it decodes)
     forwards = Forwards(model=model, prompt=prompt, start=start, more=more, reference=lambda ids, keep: outer(ids, False),
-                        make_cache=lambda kind, length: None, default_cache=lambda: None)
+                        make_cache=lambda kind, length: new_cache(model.decoder, kind, length + prefix), default_cache=lambda: None)
     return Driver(forwards, constrain=codes.delayed, offset=prefix), prefix
+
+
+def _positions(module: Model, cache: Any, start: int, end: int) -> dict[str, torch.Tensor]:
+    """``cache_position`` for a static cache, where the forward takes one (5.0-5.x releases whose MusicGen Melody hands
+    it to the cache's ``update`` unchanged, as generate() fed it): the slots ``start..end`` of the whole sequence, the
+    prepended conditioning included; nothing for a dynamic cache (the model numbers those itself)."""
+    from transformers import StaticCache
+
+    if not isinstance(cache, StaticCache) or "cache_position" not in inspect.signature(module.forward).parameters:
+        return {}
+    return {"cache_position": torch.arange(start, end, device=next(module.parameters()).device)}

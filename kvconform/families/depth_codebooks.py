@@ -30,7 +30,7 @@ from kvconform.compat import cache_keyword, feed_cache_position
 from kvconform.families.codebook import GenerateRun, run_generate
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import special_token_ids, text_ids
-from kvconform.probe.cache_io import cache_layers, seq_length
+from kvconform.probe.cache_io import cache_layers, new_cache, seq_length
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
 
@@ -217,7 +217,7 @@ def _driver(model: Model, text: torch.Tensor, frames: _Frames) -> Driver:
         return model(inputs_embeds=frames.embeds(ids), use_cache=False)
 
     forwards = Forwards(model=model, prompt=text, start=start, more=more, reference=reference,
-                        make_cache=lambda kind, length: None, default_cache=lambda: None)
+                        make_cache=lambda kind, length: new_cache(model, kind, length), default_cache=lambda: None)
     return Driver(forwards)
 
 
@@ -236,6 +236,6 @@ def probe_depth_codebooks(model: Model, plan: ProbePlan) -> DepthRun:
     recipe = (f"text input_ids [B, {TEXT_TOKENS}], then frames [B, 1, {codebooks}]: codebook 0 from the backbone, "
               f"codebooks 1..{codebooks - 1} from the depth decoder's own cache, empty every frame (generation_csm.py)")
     start = time.perf_counter()
-    generated = run_generate(model, text, plan.decode_steps)
+    generated = run_generate(model, text, plan.decode_steps, cache=plan.cache)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return DepthRun(replace(run, row_deltas=rows), codebooks, frames.trace, recipe, generated)

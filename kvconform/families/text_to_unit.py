@@ -112,16 +112,18 @@ def probe_text_to_unit(model: Model, plan: ProbePlan) -> TextToUnitRun:
               f"(the text decoder's last hidden states), attention mask of the non-pad count {kept}, decoder prompt "
               f"{prompt[0].tolist()} ([t2u eos, t2u '{TARGET_LANGUAGE}' id]), one unit id a step (modeling_seamless_m4t.py:3004-3025)")
     start = time.perf_counter()
-    generated = run_text_to_unit_generate(model, settings)
+    generated = run_text_to_unit_generate(model, settings, plan.cache)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return TextToUnitRun(run, encoder_length, calls, recipe, generated)
 
 
-def run_text_to_unit_generate(model: Model, settings: dict[str, Any]) -> GenerateRun:
+def run_text_to_unit_generate(model: Model, settings: dict[str, Any], cache: str = "dynamic") -> GenerateRun:
     """``generate()`` with ``use_cache`` True and False, as a user calls it (``use_cache`` reaches both stages,
     modeling_seamless_m4t.py:191-227): the t2u stage's units and scores (kept from its own ``generate()``, whose
-    sequences alone the outer one reads), the text and the waveform."""
-    described = ", ".join(f"{k}={v}" for k, v in settings.items() if not isinstance(v, torch.Tensor | list))
+    sequences alone the outer one reads), the text and the waveform. A static cell's cached call gives the t2u stage
+    ``speech_cache_implementation="static"`` (the ``speech_`` arguments reach its generate(), :212-217)."""
+    static = {"speech_cache_implementation": "static"} if cache == "static" else {}
+    described = ", ".join(f"{k}={v}" for k, v in {**settings, **static}.items() if not isinstance(v, torch.Tensor | list))
     described += f", speech_suppress_tokens=<{len(settings['speech_suppress_tokens'])} non-unit ids>"
     units, results = {}, {}
     original = model.t2u_model.generate
@@ -132,8 +134,8 @@ def run_text_to_unit_generate(model: Model, settings: dict[str, Any]) -> Generat
             return result.sequences
 
         try:
-            results[use_cache] = through_stage(model, "t2u_model", {**settings, "use_cache": use_cache,
-                                                                     "return_intermediate_token_ids": True}, t2u_generate)
+            given = {**settings, **(static if use_cache else {}), "use_cache": use_cache, "return_intermediate_token_ids": True}
+            results[use_cache] = through_stage(model, "t2u_model", given, t2u_generate)
         except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
             return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
     run = compare_generated(described, units[True], units[False])
