@@ -37,7 +37,7 @@ KNOWN = {"whisper": {"chunked_prefill": "got multiple values for keyword argumen
 
 
 #: Codebook decoders whose own generate(cache_implementation="static") builds a static cache (their static cells run).
-CODEBOOK_STATIC = ("dia", "csm", "musicgen_melody", "seamless_m4t")
+CODEBOOK_STATIC = ("dia", "csm", "musicgen_melody", "seamless_m4t", "higgs_audio_v2", "qwen2_5_omni", "qwen3_omni_moe")
 
 
 def _unexplained(model_type: str, failed: dict[str, str]) -> dict[str, str]:
@@ -124,15 +124,16 @@ def _codebook_results(runner: CellRunner, model_type: str, cache: str) -> tuple[
 
 
 #: The labelled model bugs of the static codebook cells on their generate() (model_matrix.yaml, each with its repro).
-CODEBOOK_STATIC_KNOWN = {"csm": "differs", "musicgen_melody": "KeyError: 'encoder_outputs'"}
+CODEBOOK_STATIC_KNOWN = {"csm": "differs", "musicgen_melody": "KeyError: 'encoder_outputs'", "qwen2_5_omni": "for -: 'int' and 'dict'",
+                         "qwen3_omni_moe": "with and without the cache differ"}
 
 
 @pytest.mark.parametrize("model_type", CODEBOOK_STATIC)
 def test_static_codebook_cells_decode_through_static_layers_and_generate_with_them(runner, model_type):
-    """Dia (both halves), CSM (its backbone), MusicGen Melody (the decoder, its prepended conditioning too) and
-    SeamlessM4T's text-to-unit model decode through StaticLayers only and pass every check; codebook_generate asks
-    generate() for the static cache and fails only where a labelled model bug makes it (CSM's uncached generate(),
-    MusicGen Melody's KeyError)."""
+    """Dia (both halves), CSM (its backbone), MusicGen Melody (the decoder, its prepended conditioning too),
+    SeamlessM4T's text-to-unit model, Higgs Audio and the Qwen Omni talkers decode through StaticLayers only and pass
+    every check; codebook_generate asks generate() for the static cache and fails only where a labelled model bug makes
+    it (CSM's and Qwen3-Omni's uncached generate(), MusicGen Melody's KeyError, Qwen2.5-Omni's talker mask arithmetic)."""
     outcome, results = _codebook_results(runner, model_type, "static")
     layers = {state.layer_class for step in outcome.record.steps for state in step.layers}
     assert layers == {"StaticLayer"}, layers

@@ -128,7 +128,8 @@ class GenerateRun:
 #: MusicGen Melody: a StaticCache of the decoder config (its generate() calls _prepare_cache_for_generation,
 #: modeling_musicgen_melody.py:1966-1972); SeamlessM4T: the text-to-unit model's two-half one (``speech_``
 #: arguments reach its generate(), modeling_seamless_m4t.py:212-217).
-STATIC_CODEBOOK_TYPES = frozenset({"dia", "csm", "musicgen_melody", "seamless_m4t"})
+STATIC_CODEBOOK_TYPES = frozenset({"dia", "csm", "musicgen_melody", "seamless_m4t", "higgs_audio_v2", "qwen2_5_omni",
+                                   "qwen3_omni_moe"})
 #: Why the other codebook decoders run no static cell, measured on 5.24.
 NO_STATIC_CELL = {
     "musicgen": "MusicgenForConditionalGeneration.generate() never builds its cache from cache_implementation (it does "

@@ -40,6 +40,7 @@ from kvconform.compat import cache_keyword
 from kvconform.families.codebook import GenerateRun, Layout, run_generate
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import special_token_ids, text_ids
+from kvconform.probe.cache_io import new_cache
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
 
@@ -144,7 +145,7 @@ def _driver(model: Model, codes: Layout, stream: _Stream) -> Driver:
         return _as_rows(model(**stream.inputs(ids), use_cache=False), codes.codebooks)
 
     forwards = Forwards(model=model, prompt=stream.prompt, start=start, more=more, reference=reference,
-                        make_cache=lambda kind, length: None, default_cache=lambda: None)
+                        make_cache=lambda kind, length: new_cache(model, kind, length), default_cache=lambda: None)
     return Driver(forwards, forbidden={int(model.config.audio_stream_eos_id)},
                   constrain=lambda tokens, position: codes.delayed(tokens, position - prompt_length))
 
@@ -168,7 +169,7 @@ def probe_inline_codebooks(model: Model, plan: ProbePlan) -> InlineRun:
               f"frame [B, 1, {k}] a step, audio only, stream bos {codes.start} in codebooks k >= j of frame j ({codes.source})")
     inputs = stream.inputs(stream.prompt)
     start = time.perf_counter()
-    generated = run_generate(model, inputs.pop("input_ids"), plan.decode_steps, inputs=inputs, settings=GREEDY)
+    generated = run_generate(model, inputs.pop("input_ids"), plan.decode_steps, inputs=inputs, settings=GREEDY, cache=plan.cache)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return InlineRun(run, codes, recipe, generated)
 

@@ -32,7 +32,7 @@ from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.families.decode import Driver
 from kvconform.families.depth_codebooks import DepthCalls, DepthFrames, DepthTrace
-from kvconform.probe.cache_io import seq_length
+from kvconform.probe.cache_io import new_cache, seq_length
 from kvconform.probe.forwards import Forwards, fed_back
 
 #: The id Qwen's tokenizer gives "\n" (published vocabularies; inside every shrunk one): the chat template's line ends.
@@ -168,7 +168,7 @@ def residual_driver(model: Model, call: dict[str, Any]) -> tuple[Driver, DepthFr
         return talker(use_cache=False, **whole(ids))
 
     forwards = Forwards(model=talker, prompt=prompt, start=start, more=more, reference=reference,
-                        make_cache=lambda kind, length: None, default_cache=lambda: None)
+                        make_cache=lambda kind, length: new_cache(talker, kind, length), default_cache=lambda: None)
     driver = Driver(forwards, forbidden={int(i) for i in call.get("suppress_tokens") or ()},
                     processor=_repetition_penalty(prompt.shape[1]))
     return driver, frames, decode

@@ -40,7 +40,7 @@ from kvconform.families.omni_code_predictor import has_code_predictor, residual_
 from kvconform.families.omni_code_predictor import settings as code_predictor_settings
 from kvconform.families.published_checkpoints import published_speaker
 from kvconform.families.stage_calls import stage_call, through_stage
-from kvconform.probe.cache_io import seq_length
+from kvconform.probe.cache_io import new_cache, seq_length
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
 
@@ -110,7 +110,7 @@ def _driver(model: Model, call: dict[str, Any]) -> Driver:
 
     forwards = Forwards(model=talker, prompt=prompt, start=start, more=more,
                         reference=lambda ids, keep: talker(use_cache=False, **whole(ids)),
-                        make_cache=lambda kind, length: None, default_cache=lambda: None)
+                        make_cache=lambda kind, length: new_cache(talker, kind, length), default_cache=lambda: None)
     return Driver(forwards, forbidden={int(i) for i in call.get("suppress_tokens") or ()})
 
 
@@ -123,10 +123,13 @@ def _talker_codes(result: Any) -> Any:
     return SimpleNamespace(sequences=torch.stack(residual, dim=1).transpose(1, 2), scores=result.scores)
 
 
-def run_omni_generate(model: Model, settings: dict[str, Any]) -> GenerateRun:
+def run_omni_generate(model: Model, settings: dict[str, Any], cache: str = "dynamic") -> GenerateRun:
     """``generate()`` with ``use_cache`` True and False, as a user calls it (token2wav's noise seeded alike): the talker's
-    codes and scores (kept from its own ``generate()``, which returns codes only), the thinker's text, the waveform."""
-    described = ", ".join(f"{k}={v}" for k, v in settings.items() if not isinstance(v, torch.Tensor))
+    codes and scores (kept from its own ``generate()``, which returns codes only), the thinker's text, the waveform. A
+    static cell's cached call gives the talker ``talker_cache_implementation="static"`` (the ``talker_`` arguments reach
+    its generate(), modeling_qwen2_5_omni.py:3878-3879)."""
+    static = {"talker_cache_implementation": "static"} if cache == "static" else {}
+    described = ", ".join(f"{k}={v}" for k, v in {**settings, **static}.items() if not isinstance(v, torch.Tensor))
     talkers, results = {}, {}
     for use_cache in (True, False):
         original = model.talker.generate
@@ -138,7 +141,8 @@ def run_omni_generate(model: Model, settings: dict[str, Any]) -> GenerateRun:
 
         torch.manual_seed(0)
         try:
-            results[use_cache] = through_stage(model, "talker", {**settings, "use_cache": use_cache}, talker_generate)
+            given = {**settings, **(static if use_cache else {}), "use_cache": use_cache}
+            results[use_cache] = through_stage(model, "talker", given, talker_generate)
         except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
             return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
     run = compare_generated(described, talkers[True], talkers[False])
@@ -181,12 +185,12 @@ def probe_omni_talker(model: Model, plan: ProbePlan) -> TalkerRun:
     recipe = (f"text input_ids [B, {plan.prompt_length}] through the thinker ({THINKER_TOKENS} greedy tokens), then the "
               f"talker: codec prompt [B, {prompt.shape[1]}] with the thinker's inputs_embeds, one codec id a step plus "
               f"the thinker reply part ({reply} embeddings, the last repeated) as generate() hands it (modeling_qwen2_5_omni.py)")
-    return TalkerRun(run, recipe, _timed_generate(run, model, settings))
+    return TalkerRun(run, recipe, _timed_generate(run, model, settings, plan.cache))
 
 
-def _timed_generate(run: FamilyRun, model: Model, settings: dict[str, Any]) -> GenerateRun:
+def _timed_generate(run: FamilyRun, model: Model, settings: dict[str, Any], cache: str) -> GenerateRun:
     start = time.perf_counter()
-    generated = run_omni_generate(model, settings)
+    generated = run_omni_generate(model, settings, cache)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return generated
 
@@ -208,4 +212,4 @@ def _probe_code_predictor(model: Model, plan: ProbePlan, text: torch.Tensor) -> 
               f"from the talker, 1..{k - 1} from the code predictor's own cache, empty every frame; fed the sum of the "
               f"frame's embeddings plus trailing_text_hidden ({call['trailing_text_hidden'].shape[1]} embeddings), then "
               f"tts_pad_embed (modeling_qwen3_omni_moe.py)")
-    return TalkerRun(replace(run, row_deltas=frames.rows(run)), recipe, _timed_generate(run, model, settings), k, frames.trace)
+    return TalkerRun(replace(run, row_deltas=frames.rows(run)), recipe, _timed_generate(run, model, settings, plan.cache), k, frames.trace)
