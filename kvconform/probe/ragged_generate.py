@@ -1,12 +1,14 @@
-"""The ragged path of a family cell, through ``generate()`` as users batch prompts of unequal text.
+"""The ragged path of a family cell, through ``generate()`` as users batch prompts of unequal length.
 
-A processor pads a batch of unequal texts and masks the pad columns: a vision- or audio-language prompt on the left (row
+A processor pads a batch of unequal rows and masks the pad columns: a vision- or audio-language prompt on the left (row
 ``r`` ``r`` tokens shorter in its text after the media, the media whole), an encoder-decoder's text input on the right,
-as its tokenizer pads it (``GenerateInputs.ragged``). The cached greedy ``generate()`` over that batch is compared, row by
-row and step by step, with ONE uncached pass over the row's own unpadded prompt and the tokens the batch generated for
-it (the adapter's ``one_pass``: its media, token types, an encoder input), as every other path is. ``get_seq_length()``
-is read after every forward of the cached run, and the layers of the cache it returns after the last, as the causal
-ragged path reads its own.
+as its tokenizer pads it, a speech encoder's audio input on the right with zeros, as its feature extractor pads it
+(``GenerateInputs.ragged``). The cached greedy ``generate()`` over that batch is compared, row by row and step by step,
+with ONE uncached pass (the adapter's ``one_pass``: its media, token types, an encoder input) over the row's own
+unpadded prompt and the tokens the batch generated for it, or, for an audio input, over the padded batch itself
+(``GenerateInputs.reference_padded``: an audio encoder is not padding-invariant by design). ``get_seq_length()`` is read
+after every forward of the cached run, and the layers of the cache it returns after the last, as the causal ragged path
+reads its own.
 """
 
 from __future__ import annotations
@@ -24,8 +26,9 @@ from kvconform.probe.variants import PathNotApplicable, PathRecord, failed_path,
 
 
 def run_ragged_generate(model: Model, decoder: Model, inputs: GenerateInputs, plan: Any) -> PathRecord:
-    """The ragged batch of ``inputs`` through ``generate()`` with the plan's cache, against each row's own unpadded
-    uncached run; ``decoder`` is the module generate() runs a forward of per step (an inner language model's, BLIP-2).
+    """The ragged batch of ``inputs`` through ``generate()`` with the plan's cache, against one uncached pass per row (its
+    own unpadded input, or the padded batch's: ``GenerateInputs.reference_padded``); ``decoder`` is the module generate()
+    runs a forward of per step (an inner language model's, BLIP-2).
     Zero pad-embedding rows hold noise meanwhile, as on the causal ragged path (``padding_rows_drawn``)."""
     try:
         with torch.inference_mode(), padding_rows_drawn(model, plan.seed):
