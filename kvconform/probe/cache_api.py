@@ -147,7 +147,7 @@ def edge_calls(forwards: Forwards, prefilled: Any, token: torch.Tensor, expected
                                    f"{change or 'tensors unchanged'})")
     if identity:
         before = layer_tensors(cache)
-        batch = token.shape[0]
+        batch = forwards.cache_batch(token)
         cache.reorder_cache(torch.arange(batch, device=token.device))
         change = first_change(before, layer_tensors(cache))
         if change:

@@ -46,7 +46,7 @@ from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.quantized import IntQuantizedRecord, QuantizedKVRecord
 from kvconform.probe.reference_health import PrefillSplit, PrefixInstability, TopkTies, prefix_instability, topk_ties
 from kvconform.probe.reorder import run_reorder
-from kvconform.probe.selections import SelectionReplay, replay_selections
+from kvconform.probe.selections import ReplayError, SelectionReplay, replay_selections
 from kvconform.probe.variants import PathNotApplicable, PathRecord, failed_path, run_prefix_reuse, run_ragged
 from kvconform.probe.window import UpdateWatch, WindowRecord, run_window
 
@@ -430,7 +430,10 @@ def run_chunked_path(forwards: Forwards, plan: ProbePlan, full: torch.Tensor) ->
             replayed.append(run())
             return replayed[-1].step_max_abs_delta
 
-        record.replay = replay_selections(forwards.model, forwards.dtype, rerun, lambda: forwards.uncached(full))
+        try:
+            record.replay = replay_selections(forwards.model, forwards.dtype, rerun, lambda: forwards.uncached(full))
+        except ReplayError:  # forwards whose ids it cannot trace: nothing concluded
+            record.replay = None
         record.replayed_states = replayed[-1].states if replayed else None
     return record
 
@@ -454,7 +457,10 @@ def run_paths(forwards: Forwards, plan: ProbePlan, reference: torch.Tensor, full
                     path.topk_ties = topk_ties(run)  # a failing path: were its selections decided by ties?
                     if name != "reorder":  # reorder compares two cached runs: no uncached selections to replay
                         rerun = partial(ragged, path.fed) if name == "ragged" and ragged is not None else run
-                        path.replay = _replay_path(forwards, name, rerun, full, path)
+                        try:
+                            path.replay = _replay_path(forwards, name, rerun, full, path)
+                        except ReplayError:  # forwards whose ids it cannot trace (a prompt fed as embeddings): nothing concluded
+                            path.replay = None
             except Exception as exc:  # noqa: BLE001 - a crash in one path fails that path's check only
                 paths[name] = failed_path(name, exc)
             timings[f"{name}_s"] = time.perf_counter() - start

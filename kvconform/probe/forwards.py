@@ -65,6 +65,9 @@ class Forwards:
     unsplit: int = 0
     """Leading positions one forward must hold whole (through a media prompt's last placeholder: the media goes whole to
     the first forward that holds its placeholders); 0 where any prefix prefills alone."""
+    code_rows: int = 1
+    """Rows of the ids per row of the cache: a codebook decoder's K code rows of one batch row (MusicGen's
+    ``[B x K, S]``, row ``b * K + k``), 1 elsewhere."""
 
     def cached(self, ids: torch.Tensor, cache: Any = None, keep: int | None = None) -> tuple[Any, Any]:
         """Prefill ``ids`` (the sequence's first tokens) into ``cache`` (``None``: the model's own)."""
@@ -79,6 +82,15 @@ class Forwards:
 
     def new_cache(self, kind: str, length: int) -> Any:
         return self.make_cache(kind, length)
+
+    def cache_batch(self, ids: torch.Tensor) -> int:
+        """The batch of the cache ``ids`` [rows, S] fill."""
+        return ids.shape[0] // self.code_rows
+
+    def id_rows(self, order: torch.Tensor) -> torch.Tensor:
+        """The ids' rows in the order ``order`` puts the cache's rows (each cache row's ``code_rows`` ids rows with it)."""
+        offsets = torch.arange(self.code_rows, device=order.device)
+        return (order[:, None] * self.code_rows + offsets).flatten()
 
     @property
     def dtype(self) -> torch.dtype:

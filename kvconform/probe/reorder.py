@@ -54,7 +54,7 @@ def run_reorder(forwards: Forwards, plan: Any, sequence: torch.Tensor) -> PathRe
     the forwards carry per-row media or encoder output, with the prefilled cache's rows moved by hand: both halves of an
     encoder-decoder cache, which generate()'s ``EncoderDecoderCache.reorder_cache`` reorders both)."""
     model = forwards.model
-    batch, prompt_length, total = sequence.shape[0], plan.prompt_length, sequence.shape[1]
+    batch, prompt_length, total = forwards.cache_batch(sequence), plan.prompt_length, sequence.shape[1]
     if batch < 2:
         raise PathNotApplicable(f"batch_size {batch}: reordering needs at least 2 rows")
     order = torch.roll(torch.arange(batch, device=sequence.device), 1)
@@ -77,7 +77,7 @@ def run_reorder(forwards: Forwards, plan: Any, sequence: torch.Tensor) -> PathRe
         moved = first_change(layer_tensors(by_hand), layer_tensors(cache))
         if moved:
             api.problems.append(f"reorder_cache({order.tolist()}) left the cache unlike its rows moved by hand: {moved}")
-    reordered = sequence[order]
+    reordered = sequence[forwards.id_rows(order)]
     logits, lengths, cache = _decode(forwards, cache, reordered[:, prompt_length:])
     if by_hand is None:
         by_hand, _ = forwards.cached(reordered[:, :prompt_length], forwards.new_cache(plan.cache, total), keep=1)
