@@ -146,13 +146,13 @@ def test_static_codebook_cells_decode_through_static_layers_and_generate_with_th
 
 def test_a_static_slot_fault_is_caught_on_a_codebook_cell_and_musicgen_runs_no_static_cell(runner):
     """A decoded token written one slot late fails the static Dia cell's parity and codebook_parity with the first K/V
-    divergence named, and its generate(cache_implementation="static"); MusicGen, whose generate() never builds a static
+    divergence named, and its generate(cache_implementation="static") (its prefix reuse too); MusicGen, whose generate() never builds a static
     cache, has no static cell (not applicable, with the reason)."""
     with planted("static_wrong_slot"):
         _, results = _codebook_results(runner, "dia", "static")
     failed = {name for name, result in results.items() if not result.passed}
     assert {"parity", "codebook_parity", "codebook_generate"} <= failed <= {"parity", "codebook_parity", "codebook_generate",
-                                                                        "kv_parity"}, failed
+                                                                        "kv_parity", "prefix_reuse"}, failed
     assert "first K/V divergence at layer" in results["parity"].message, results["parity"].message
     cell = _cell("musicgen", "static")
     runner.outcomes.pop(cell.id, None)
@@ -567,3 +567,66 @@ def test_a_split_at_the_prefill_is_not_blamed_on_a_cache_read_on_a_family_cell(r
     assert ragged.details["diagnosis"] == "prefill differs" and "from decode step 0" in ragged.message, ragged.message
     assert _unexplained(model_type, {name: results[name].message for name in failed - PREFILL_SPLIT[model_type]}) == {}
     assert all(healthy[name].passed for name in PREFILL_SPLIT[model_type])
+
+
+#: Every codebook decoder the text-to-audio sweep drives (its driver: delay-pattern rows, a depth decoder's frames, Bark's
+#: stages, inline audio frames, a talker fed by a thinker, a text-to-unit decoder).
+CODEBOOK_TYPES = ("bark", "csm", "dia", "higgs_audio_v2", "musicgen", "musicgen_melody", "qwen2_5_omni", "qwen3_omni_moe",
+                  "seamless_m4t")
+
+
+@pytest.mark.parametrize("model_type", CODEBOOK_TYPES)
+def test_the_cache_paths_run_on_every_codebook_decoder(runner, model_type):
+    """crop, prefix_reuse and the chunked prefill on dynamic cells, reorder on static ones, through each codebook driver's
+    forwards (positions already decoded fed again as the decode fed them: the chosen frames, the reply embeddings, the
+    prompt's embeddings), judged by the causal checks and passing; Bark's coarse stage runs them on its own cache too.
+    Not applicable, with the reason: every path where the model prepends a conditioning prefix (MusicGen Melody), crop
+    of a static encoder-decoder cache (transformers refuses it), a prompt too short for two chunks (SeamlessM4T's units)."""
+    for cache in ("dynamic", "static") if model_type in CODEBOOK_STATIC else ("dynamic",):
+        outcome, results = _codebook_results(runner, model_type, cache)
+        record = outcome.record
+        ran = {name for name, path in record.paths.items() if not path.not_applicable}
+        refused = {name: path.not_applicable for name, path in record.paths.items() if path.not_applicable}
+        assert ran | set(refused) == ({"crop", "prefix_reuse"} if cache == "dynamic" else {"crop", "prefix_reuse", "reorder"})
+        if model_type == "musicgen_melody":
+            assert ran == set() and "prepends a conditioning prefix" in (record.chunked.not_applicable or ""), refused
+        elif cache == "static" and model_type in ("dia", "seamless_m4t"):
+            assert set(refused) == {"crop"} and "only defined for dynamic cache" in refused["crop"], refused
+        else:
+            assert refused == {}, refused
+        if model_type == "bark":
+            assert set(record.own_caches[0].record.paths) == ran
+        chunked = model_type not in ("musicgen_melody", "seamless_m4t")
+        assert bool(record.chunked is not None and record.chunked.steps) == chunked, record.chunked
+        assert {name: results[name].message for name in ran | {"chunked_prefill"}
+                if name in results and not results[name].passed} == {}
+
+
+#: (fault, model type, cache) -> the checks it fails beyond the healthy cell's, and words of the first one's message.
+CODEBOOK_PATH_FAULTS = {
+    ("crop_one_short", "musicgen", "dynamic"): ({"crop"}, "get_seq_length() trace ["),
+    # CSM's driver finds the frames to feed again by get_seq_length(): one position too many names them
+    ("crop_one_short", "csm", "dynamic"): ({"crop"}, "where the cache's get_seq_length() puts the ids"),
+    ("static_reorder_reverses_rows", "higgs_audio_v2", "static"): ({"reorder"}, "reorder_cache(identity [0, 1]) changed"),
+    ("static_reorder_reverses_rows", "qwen3_omni_moe", "static"): ({"reorder"}, "reorder_cache(identity [0, 1]) changed"),
+    ("static_copy_shares_storage", "dia", "static"): ({"prefix_reuse"}, "keys changed while its copy was extended"),
+    ("extend_keeps_last_only", "bark", "dynamic"): ({"prefix_reuse", "chunked_prefill"},
+                                                    "after the extend the copy's cache differs from one prefill"),
+    ("extend_keeps_last_only", "qwen2_5_omni", "dynamic"): ({"prefix_reuse", "chunked_prefill"},
+                                                            "after the extend the copy's cache differs from one prefill"),
+}
+
+
+@pytest.mark.parametrize(("fault", "model_type", "cache"), sorted(CODEBOOK_PATH_FAULTS))
+def test_a_cache_path_fault_is_caught_and_located_on_a_codebook_decoder(runner, fault, model_type, cache):
+    """Each cache path's own fault, planted in transformers' cache code, on codebook decoders of four drivers: exactly
+    the checks that reach it fail, the first located; they pass on the healthy cell."""
+    expected, words = CODEBOOK_PATH_FAULTS[(fault, model_type, cache)]
+    _, healthy = _codebook_results(runner, model_type, cache)
+    with planted_family_fault(fault) if fault in FAMILY_FAULTS else planted(fault):
+        _, results = _codebook_results(runner, model_type, cache)
+    failing = _failing(results) - _failing(healthy)
+    assert failing == expected, {name: results[name].message for name in failing | expected}
+    first = next(name for name in results if name in expected)
+    assert words in results[first].message, results[first].message
+    assert all(healthy[name].passed for name in expected), {name: healthy[name].message for name in expected}

@@ -748,11 +748,15 @@ def _padded_generate(record: ProbeRecord, tolerance: Tolerance) -> CheckResult:
 
 
 def _with_own_caches(record: ProbeRecord, geometry: CacheGeometry, explanation: str,
-                     check: Callable[[ProbeRecord, CacheGeometry, str], CheckResult]) -> CheckResult:
+                     check: Callable[[ProbeRecord, CacheGeometry, str], CheckResult],
+                     ran: Callable[[ProbeRecord], bool] = lambda own: True) -> CheckResult:
     """``check`` on the record's cache, then on each cache a part of the model keeps of its own (``own_caches``: a
-    streaming audio encoder's), each against its own config: the first that fails fails the check, named."""
+    streaming audio encoder's, Bark's coarse stage) where ``ran`` says it ran there, each against its own config: the
+    first that fails fails the check, named."""
     result = check(record, geometry, explanation)
     for own in record.own_caches if result.passed else []:
+        if not ran(own.record):
+            continue
         theirs = check(own.record, own.geometry, own.explanation)
         details = {**result.details, "own_caches": {**result.details.get("own_caches", {}), own.name: theirs.details}}
         if not theirs.passed:
@@ -762,7 +766,9 @@ def _with_own_caches(record: ProbeRecord, geometry: CacheGeometry, explanation: 
 
 
 def _path(name: str, record: ProbeRecord, geometry: CacheGeometry, explanation: str, tolerance: Tolerance) -> CheckResult:
-    return path_check(record, name, tolerance, geometry)
+    """The path on the record's cache and on each own cache it ran on (Bark's coarse stage)."""
+    return _with_own_caches(record, geometry, explanation, lambda r, g, e: path_check(r, name, tolerance, g),
+                            ran=lambda own: name in own.paths)
 
 
 #: Each check of the table, called with (record, geometry, config explanation, tolerance).

@@ -26,12 +26,14 @@ CAUSAL = (CAUSAL_LM,)
 #: The families whose generate() paths (greedy with and without the cache, beam search) run through the one probe code,
 #: given each family's prompt (``probe.generate_inputs``); codebook decoders' generate() is their own check.
 GENERATE_PATHS = (CAUSAL_LM, *MULTIMODAL, *ENCODER_DECODER)
-#: The families whose cache paths (crop, reorder, prefix reuse) run through the one probe code, given each family's
-#: forwards (``probe.forwards``): an image or encoder output at the prefill, both halves of an encoder-decoder cache.
-CACHE_PATHS = GENERATE_PATHS
-#: The chunked prefill: causal LMs, encoder-decoders (the decoder prompt in chunks over the encoder output once), and
+#: The families whose cache paths (crop, reorder, prefix reuse, window crossings) run through the one probe code, given
+#: each family's forwards (``probe.forwards``): an image or encoder output at the prefill, both halves of an
+#: encoder-decoder cache, a codebook decoder's code rows (positions fed again as its decode fed them: the frames it chose).
+CACHE_PATHS = (*GENERATE_PATHS, TEXT_TO_AUDIO)
+#: The chunked prefill: causal LMs, encoder-decoders (the decoder prompt in chunks over the encoder output once),
 #: vision- and audio-language prompts (the hand-driven first chunk holds the media whole; generate() splits it, handing
-#: each chunk the pre-encoded features of its placeholders).
+#: each chunk the pre-encoded features of its placeholders) and codebook decoders (hand-driven only: their generate(),
+#: their own loops, is the codebook_generate check's).
 CHUNKED_PATHS = CACHE_PATHS
 #: The cross-attention checks: encoder-decoders, and text-to-audio cells whose driver records a cross-attention half
 #: (SeamlessM4T's text-to-unit decoder; the family's other cells skip them as not applicable, ``FamilyProbe.not_applicable``).

@@ -39,6 +39,7 @@ from kvconform.families.codebook import GenerateRun, compared
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.geometry import self_attention_geometry
 from kvconform.families.inputs import text_ids
+from kvconform.probe.cache_io import seq_length
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
 
@@ -139,19 +140,22 @@ def coarse_prompt(model: Model, stages: StageConfigs, inputs: BarkInputs, semant
     return torch.hstack([window, infer, x_coarse[:, -coarse.max_coarse_history:].long()])
 
 
-def _stage_forwards(stage: Any, prompt: torch.Tensor, embeds: Callable[[torch.Tensor], torch.Tensor] | None) -> Forwards:
-    """A Bark causal stage's forwards; ``embeds`` (the semantic stage) turns ids from the sequence's start into the
-    ``inputs_embeds`` generate()'s first forward takes, the prompt's own embeddings first."""
+def _stage_forwards(stage: Any, prompt: torch.Tensor, embeds: Callable[[torch.Tensor, int], torch.Tensor] | None) -> Forwards:
+    """A Bark causal stage's forwards; ``embeds(ids, start)`` (the semantic stage) turns ids from position ``start`` on
+    into the ``inputs_embeds`` generate()'s first forward takes, the prompt's own embeddings at its positions. A decode
+    step after the prompt feeds its id, as generate() does."""
     keyword, embeds_name = cache_keyword(stage), embeds_keyword(stage.forward)
 
-    def inputs(ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {embeds_name: embeds(ids)} if embeds is not None else {"input_ids": ids}
+    def inputs(ids: torch.Tensor, start: int = 0) -> dict[str, torch.Tensor]:
+        return {embeds_name: embeds(ids, start)} if embeds is not None else {"input_ids": ids}
 
     def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
         return fed_back(stage(**inputs(ids), use_cache=True, **({keyword: cache} if cache is not None else {})), cache)
 
     def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
-        return fed_back(stage(input_ids=ids, use_cache=True, **{keyword: cache}), cache)
+        seen = seq_length(cache) or 0
+        given = inputs(ids, seen) if seen < prompt.shape[1] else {"input_ids": ids}
+        return fed_back(stage(**given, use_cache=True, **{keyword: cache}), cache)
 
     return Forwards(model=stage, prompt=prompt, start=start, more=more, reference=lambda ids, keep: stage(**inputs(ids), use_cache=False),
                     make_cache=lambda kind, length: None, default_cache=lambda: None)
@@ -163,8 +167,9 @@ def _semantic_driver(model: Model, stages: StageConfigs, prompt_embeds: torch.Te
     config, length = stages.semantic, prompt_embeds.shape[1]
     embed = model.semantic.input_embeds_layer
 
-    def embeds(ids: torch.Tensor) -> torch.Tensor:
-        return torch.cat([prompt_embeds, embed(ids[:, length:])], dim=1)
+    def embeds(ids: torch.Tensor, start: int) -> torch.Tensor:
+        end = start + ids.shape[1]
+        return torch.cat([prompt_embeds[:, start:end], embed(ids[:, max(0, length - start):])], dim=1)
 
     vocab = int(model.semantic.config.output_vocab_size)
     suppressed = [*range(config.semantic_vocab_size, config.semantic_pad_token), *range(config.semantic_pad_token + 1, vocab)]

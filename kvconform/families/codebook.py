@@ -240,7 +240,8 @@ def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
     else:
         # MusicGen and Dia, as the encoder-decoder sweep drives a model: the text encoder once (counted), every decoder
         # call reads its output through the cross-attention half of the cache.
-        run, length, calls = drive_encoder_decoder(model, plan, {"input_ids": text}, prompt, set(), codes.delayed, codes.to_model)
+        run, length, calls = drive_encoder_decoder(model, plan, {"input_ids": text}, prompt, set(), codes.delayed, codes.to_model,
+                                                  codes.codebooks)
         encoder = (length, calls)
         where = f"cross-attention over {length} encoder positions"
     recipe = (f"text input_ids [B, {TEXT_TOKENS}] ({where}); codes [B x {codes.codebooks}, {plan.prompt_length}]"

@@ -23,6 +23,7 @@ from kvconform.build.models import Model
 from kvconform.build.support import int_cache_config
 from kvconform.matrix import INT_QUANTIZED, QUANTIZED_KINDS
 from kvconform.probe.cache_io import cache_layers, compute_dtype, greedy, seq_length
+from kvconform.probe.chunked import ChunkedRecord
 from kvconform.probe.decode import (
     ProbePlan,
     ProbeRecord,
@@ -42,7 +43,12 @@ from kvconform.probe.kv_compare import Divergence, KVParity, kv_parity, locate_d
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.reference_health import prefix_instability, topk_ties
 from kvconform.probe.selections import ReplayError, replay_selections
+from kvconform.probe.variants import PathNotApplicable, failed_path
 from kvconform.probe.window import WindowRecord
+
+#: Why the cache paths do not run where the model prepends a conditioning prefix to the ids (MusicGen Melody).
+PREFIX_PATHS = ("not built for a model that prepends a conditioning prefix to the ids its cache then holds (the paths' "
+                "positions and reference logits count the ids only)")
 
 
 @dataclass
@@ -195,7 +201,8 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         timings["locate_s"] = time.perf_counter() - start
     if driver.after_decode is not None:
         driver.after_decode()
-    paths = run_paths(forwards, plan, reference_steps, full, cache, None, timings) if not driver.offset else {}
+    paths = (run_paths(forwards, plan, reference_steps, full, cache, None, timings) if not driver.offset
+             else {name: failed_path(name, PathNotApplicable(PREFIX_PATHS)) for name in ("prefix_reuse", "crop", "reorder") if getattr(plan, name)})
     window = None
     if plan.window and (driver.offset or driver.geometry is None):
         window = WindowRecord([], [], 0.0, not_applicable="the crossings are not built for this family's driver (its "
@@ -204,7 +211,7 @@ def drive(model: Model, plan: ProbePlan, driver: Driver) -> FamilyRun:
         start = time.perf_counter()
         window = window_path(forwards, plan, driver.geometry, reference, full)
         timings["window_s"] = time.perf_counter() - start
-    chunked = None
+    chunked = ChunkedRecord(not_applicable=PREFIX_PATHS) if plan.chunked_prefill and driver.offset else None
     if plan.chunked_prefill and not driver.offset:
         start = time.perf_counter()
         chunked = run_chunked_path(forwards, plan, full)

@@ -137,6 +137,22 @@ class DepthFrames:
         self.codes.append(frame)
         return frame
 
+    def chosen(self, ids: torch.Tensor, first: int) -> torch.Tensor:
+        """The frames ``[rows, n, K]`` the cached decode chose at frame indices ``first`` … ``first + n - 1`` whose
+        codebook 0 are ``ids`` ``[rows, n]``; rows fed in another order (a reordered cache's decode) get theirs."""
+        if ids.shape[1] == 0:
+            return ids.new_zeros((ids.shape[0], 0, self.codebooks))
+        where = f"frames {first}..{first + ids.shape[1] - 1}, where the cache's get_seq_length() puts the ids"
+        if first < 0 or first + ids.shape[1] > len(self.codes):
+            raise RuntimeError(f"{where}, were not decoded (the decode chose {len(self.codes)})")
+        frames = torch.stack(self.codes[first:first + ids.shape[1]], dim=1)
+        if torch.equal(frames[..., 0], ids):
+            return frames
+        rows = [next((b for b in range(frames.shape[0]) if torch.equal(frames[b, :, 0], row)), None) for row in ids]
+        if None in rows:
+            raise RuntimeError(f"the ids are not the codebook 0 of {where}, that the cached decode chose")
+        return frames[torch.tensor(rows, device=frames.device)]
+
     def rows(self, run: FamilyRun) -> list[list[float]]:
         """The run's rows widened to every head: per step, row ``b * K + k`` (head 0 the run's, heads 1..K-1 the frame's
         depth heads; step ``t``'s frame is the one its logits chose)."""
@@ -182,16 +198,14 @@ class _Frames(DepthFrames):
 
         return self.decode(first, DepthCalls(start, step, reference))
 
-    def embeds(self, ids: torch.Tensor) -> torch.Tensor:
-        """Embeddings of ``ids`` from the sequence's start: the text's, then each chosen frame's."""
-        text = self.model.embed_text_tokens(ids[:, :self.text_length])
-        count = ids.shape[1] - self.text_length
-        if count <= 0:
-            return text
-        frames = torch.stack(self.codes[:count], dim=1)
-        if not torch.equal(frames[..., 0], ids[:, self.text_length:]):
-            raise RuntimeError("the ids after the text are not the codebook 0 of the frames the cached decode chose")
-        return torch.cat([text, self.model.backbone_model.embed_tokens(frames)], dim=1)
+    def embeds(self, ids: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Embeddings of ``ids`` from position ``start`` on: the text's, then each chosen frame's."""
+        split = max(0, min(ids.shape[1], self.text_length - start))
+        parts = [self.model.embed_text_tokens(ids[:, :split])] if split else []
+        if split < ids.shape[1]:
+            frames = self.chosen(ids[:, split:], max(0, start - self.text_length))
+            parts.append(self.model.backbone_model.embed_tokens(frames))
+        return torch.cat(parts, dim=1)
 
 
 def _driver(model: Model, text: torch.Tensor, frames: _Frames) -> Driver:
@@ -209,15 +223,17 @@ def _driver(model: Model, text: torch.Tensor, frames: _Frames) -> Driver:
         return backbone(cache, False, inputs_embeds=frames.embeds(ids))
 
     def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
-        if ids.shape[1] != 1:
-            raise ValueError("a CSM decode step feeds one frame")
-        return backbone(cache, True, input_ids=frames.decode_from(ids)[:, None, :])
+        seen = seq_length(cache) or 0
+        if ids.shape[1] == 1 and seen - frames.text_length == len(frames.codes):  # the decode: a new frame
+            return backbone(cache, True, input_ids=frames.decode_from(ids)[:, None, :])
+        return backbone(cache, False, inputs_embeds=frames.embeds(ids, seen))  # a path: positions already decoded
 
     def reference(ids: torch.Tensor, keep: int | None) -> Any:
         return model(inputs_embeds=frames.embeds(ids), use_cache=False)
 
     forwards = Forwards(model=model, prompt=text, start=start, more=more, reference=reference,
-                        make_cache=lambda kind, length: new_cache(model, kind, length), default_cache=lambda: None)
+                        make_cache=lambda kind, length: new_cache(model, kind, length), default_cache=lambda: None,
+                        row_inputs=True)
     return Driver(forwards)
 
 

@@ -86,13 +86,13 @@ def probe_encoder_decoder(model: Model, plan: ProbePlan) -> EncoderDecoderRun:
 
 def drive_encoder_decoder(model: Model, plan: ProbePlan, tensors: dict[str, torch.Tensor], prompt: torch.Tensor,
                           forbidden: set[int], constrain: Constrain | None = None,
-                          decoder_ids: DecoderIds | None = None) -> tuple[FamilyRun, int, int]:
+                          decoder_ids: DecoderIds | None = None, code_rows: int = 1) -> tuple[FamilyRun, int, int]:
     """The cached decode of ``prompt`` over the encoder input ``tensors`` against one uncached decoder pass, both cache
     halves snapshotted every step (``constrain``: ids ``generate()`` forces, ``decoder_ids``: the decoder's layout of
-    the ids, as in ``encoder_decoder_forwards``). Returns the run, the encoder length and the encoder's calls during the
+    the ids, and ``code_rows`` its rows per cache row, as in ``encoder_decoder_forwards``). Returns the run, the encoder length and the encoder's calls during the
     decode and its reference (the paths after them are not counted)."""
     # Built before the encoder's calls are counted: a static cell of an encoder the outer forward runs measures its length.
-    forwards, encoder_length = encoder_decoder_forwards(model, plan, tensors, prompt, decoder_ids)
+    forwards, encoder_length = encoder_decoder_forwards(model, plan, tensors, prompt, decoder_ids, code_rows)
     calls: list[int] = []
     hook = model.get_encoder().register_forward_hook(lambda *_: calls.append(1))
     counted: dict[str, int] = {}
@@ -110,11 +110,11 @@ def drive_encoder_decoder(model: Model, plan: ProbePlan, tensors: dict[str, torc
 
 
 def encoder_decoder_forwards(model: Model, plan: ProbePlan, tensors: dict[str, torch.Tensor], prompt: torch.Tensor,
-                             decoder_ids: DecoderIds | None = None) -> tuple[Forwards, Callable[[], int]]:
+                             decoder_ids: DecoderIds | None = None, code_rows: int = 1) -> tuple[Forwards, Callable[[], int]]:
     """The forwards of an encoder-decoder cell, as generate() calls it: the encoder runs once (at the first prefill), and
     every decoder forward, cached or not, reads its output; the cache is generate()'s two halves (a static cell's cross
     half sized to the encoder output). ``decoder_ids`` maps the ``[rows, S]`` ids the decode loop keeps to the layout the
-    decoder takes (Dia's codebook channels ``[B, S, K]``). Returns them and the encoder length (known once the encoder ran)."""
+    decoder takes (Dia's codebook channels ``[B, S, K]``), of ``code_rows`` rows per cache row. Returns them and the encoder length (known once the encoder ran)."""
     keyword = cache_keyword(model)
     encoder = model.get_encoder()
     alone = set(tensors) <= set(inspect.signature(encoder.forward).parameters)
@@ -170,7 +170,7 @@ def encoder_decoder_forwards(model: Model, plan: ProbePlan, tensors: dict[str, t
                                    DynamicCache(config=_cross_config(model)))
 
     forwards = Forwards(model=model, prompt=prompt, start=start, more=more, reference=reference, make_cache=make_cache,
-                        default_cache=default_cache, row_inputs=True)
+                        default_cache=default_cache, row_inputs=True, code_rows=code_rows)
     return forwards, encoder_length
 
 

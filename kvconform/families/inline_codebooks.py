@@ -40,7 +40,7 @@ from kvconform.compat import cache_keyword
 from kvconform.families.codebook import GenerateRun, Layout, run_generate
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import special_token_ids, text_ids
-from kvconform.probe.cache_io import new_cache
+from kvconform.probe.cache_io import new_cache, seq_length
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
 
@@ -97,12 +97,12 @@ class _Stream:
         self.audio_token = int(config.audio_token_id)
         self.frames = frames
 
-    def inputs(self, ids: torch.Tensor) -> dict[str, torch.Tensor]:
-        """``input_ids``, ``audio_input_ids [B, F, K]`` and their mask for rows ``ids`` from the sequence's start."""
-        length, prompt = ids.shape[1], self.placeholders.shape[1]
-        audio = torch.cat([self.audio, self.audio.new_ones(max(0, length - prompt))])[:length]
-        placeholders = torch.cat([self.placeholders, self.placeholders.new_full((ids.shape[0] // self.codebooks, max(0, length - prompt)),
-                                                                                self.audio_token)], dim=1)[:, :length]
+    def inputs(self, ids: torch.Tensor, start: int = 0) -> dict[str, torch.Tensor]:
+        """``input_ids``, ``audio_input_ids [B, F, K]`` and their mask for rows ``ids`` from position ``start`` on."""
+        length, prompt, end = ids.shape[1], self.placeholders.shape[1], start + ids.shape[1]
+        audio = torch.cat([self.audio, self.audio.new_ones(max(0, end - prompt))])[start:end]
+        placeholders = torch.cat([self.placeholders, self.placeholders.new_full((ids.shape[0] // self.codebooks, max(0, end - prompt)),
+                                                                                self.audio_token)], dim=1)[:, start:end]
         rows = ids.reshape(-1, self.codebooks, length)
         frames = rows[:, :, audio].transpose(1, 2).contiguous()
         mask = torch.ones(frames.shape[:2], dtype=torch.bool, device=ids.device)
@@ -136,16 +136,19 @@ def _driver(model: Model, codes: Layout, stream: _Stream) -> Driver:
         return fed_back(_as_rows(output, codes.codebooks), cache)
 
     def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
-        if ids.shape[1] != 1:
-            raise ValueError("a Higgs Audio decode step feeds one frame")
-        frame = ids.reshape(-1, codes.codebooks, 1).transpose(1, 2)
-        return fed_back(_as_rows(model(audio_input_ids=frame, use_cache=True, **{keyword: cache}), codes.codebooks), cache)
+        seen = seq_length(cache) or 0
+        if ids.shape[1] == 1 and seen >= prompt_length:  # a decode step as generate() feeds it: one frame, audio only
+            output = model(audio_input_ids=ids.reshape(-1, codes.codebooks, 1).transpose(1, 2), use_cache=True, **{keyword: cache})
+        else:  # several positions at once (or one of the prompt's): the processor's inputs at those positions
+            output = model(**stream.inputs(ids, seen), use_cache=True, **{keyword: cache})
+        return fed_back(_as_rows(output, codes.codebooks), cache)
 
     def reference(ids: torch.Tensor, keep: int | None) -> Any:
         return _as_rows(model(**stream.inputs(ids), use_cache=False), codes.codebooks)
 
     forwards = Forwards(model=model, prompt=stream.prompt, start=start, more=more, reference=reference,
-                        make_cache=lambda kind, length: new_cache(model, kind, length), default_cache=lambda: None)
+                        make_cache=lambda kind, length: new_cache(model, kind, length), default_cache=lambda: None,
+                        code_rows=codes.codebooks)
     return Driver(forwards, forbidden={int(model.config.audio_stream_eos_id)},
                   constrain=lambda tokens, position: codes.delayed(tokens, position - prompt_length))
 

@@ -127,17 +127,19 @@ def residual_driver(model: Model, call: dict[str, Any]) -> tuple[Driver, DepthFr
 
     def inputs(length: int) -> dict[str, torch.Tensor]:
         """The attention mask over ``length`` positions (the prompt's, then ones) and its text positions (:3311-3351)."""
-        mask = torch.cat([prompt_mask, prompt_mask.new_ones(prompt.shape[0], length - prompt.shape[1])], dim=1)
+        mask = torch.cat([prompt_mask, prompt_mask.new_ones(prompt.shape[0], max(0, length - prompt.shape[1]))], dim=1)[:, :length]
         return {"attention_mask": mask, "position_ids": (mask.long().cumsum(-1) - 1).clamp(min=0)}
+
+    def embeds_at(ids: torch.Tensor, seen: int) -> torch.Tensor:
+        """The embeddings of ``ids`` from position ``seen`` on: the prompt's, then every fed frame's."""
+        split = max(0, min(ids.shape[1], prompt.shape[1] - seen))
+        first = max(0, seen - prompt.shape[1])
+        fed = frames.chosen(ids[:, split:], first)
+        return torch.cat([prompt_embeds[:, seen:seen + split], *(frame_embeds(fed[:, s], first + s) for s in range(fed.shape[1]))], dim=1)
 
     def whole(ids: torch.Tensor) -> dict[str, Any]:
         """The talker's inputs over ``ids`` from the start as one call: the prompt's and every fed frame's embeddings."""
-        count = ids.shape[1] - prompt.shape[1]
-        fed = frames.codes[:count]
-        if not all(torch.equal(frame[:, 0], ids[:, prompt.shape[1] + s]) for s, frame in enumerate(fed)):
-            raise RuntimeError("the ids after the prompt are not the codebook 0 of the frames the cached decode fed")
-        embeds = torch.cat([prompt_embeds, *(frame_embeds(frame, s) for s, frame in enumerate(fed))], dim=1)
-        return {"inputs_embeds": embeds, **inputs(ids.shape[1])}
+        return {"inputs_embeds": embeds_at(ids, 0), **inputs(ids.shape[1])}
 
     def forward(cache: Any, embeds: torch.Tensor, length: int, decoding: bool, step: int = -1) -> tuple[Any, Any]:
         """A talker call; ``step`` is the ``generation_step`` generate() carries to a one-frame call (:3353-3358)."""
@@ -159,16 +161,18 @@ def residual_driver(model: Model, call: dict[str, Any]) -> tuple[Driver, DepthFr
         return frames.decode(first, depth_calls(hidden["last"]))
 
     def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
-        if ids.shape[1] != 1:
-            raise ValueError("a talker decode step feeds one frame")
-        step = len(frames.codes)
-        return forward(cache, frame_embeds(decode(ids), step), (seq_length(cache) or 0) + 1, True, step)
+        seen = seq_length(cache) or 0
+        step = seen - prompt.shape[1]
+        if ids.shape[1] == 1 and step == len(frames.codes):  # the decode: a new frame
+            return forward(cache, frame_embeds(decode(ids), step), seen + 1, True, step)
+        return forward(cache, embeds_at(ids, seen), seen + ids.shape[1], False, step)  # a path: positions already decoded
 
     def reference(ids: torch.Tensor, keep: int | None) -> Any:
         return talker(use_cache=False, **whole(ids))
 
     forwards = Forwards(model=talker, prompt=prompt, start=start, more=more, reference=reference,
-                        make_cache=lambda kind, length: new_cache(talker, kind, length), default_cache=lambda: None)
+                        make_cache=lambda kind, length: new_cache(talker, kind, length), default_cache=lambda: None,
+                        row_inputs=True)
     driver = Driver(forwards, forbidden={int(i) for i in call.get("suppress_tokens") or ()},
                     processor=_repetition_penalty(prompt.shape[1]))
     return driver, frames, decode

@@ -73,7 +73,7 @@ def _driver(model: Model, call: dict[str, Any]) -> Driver:
     keyword = cache_keyword(talker)
     prompt, reply = call["input_ids"], call["thinker_reply_part"]
     codec = talker.get_input_embeddings()
-    carried = {"reply": reply}
+    carried: dict[str, Any] = {"reply": reply, "fed": 0}
 
     def mask(length: int) -> torch.Tensor:
         return torch.ones(prompt.shape[0], length, dtype=torch.long, device=prompt.device)
@@ -81,16 +81,22 @@ def _driver(model: Model, call: dict[str, Any]) -> Driver:
     def forward(cache: Any, **inputs: Any) -> tuple[Any, Any]:
         return fed_back(talker(use_cache=True, **inputs, **({keyword: cache} if cache is not None else {})), cache)
 
-    def whole(ids: torch.Tensor) -> dict[str, Any]:
-        """The talker's inputs over ``ids`` from the start as one call: the embeddings each step adds, positions 0..S-1."""
+    def embeds_at(ids: torch.Tensor, seen: int) -> dict[str, Any]:
+        """The talker's inputs over ``ids`` from position ``seen`` on as one call: the embeddings each step adds (the
+        prompt's, with the codec bos and pad its prefill adds; each decoded id's plus its reply embedding), their positions."""
         embeds = call["inputs_embeds"].clone()
         embeds[:, -1] += codec(torch.tensor([talker.codec_bos_token], device=embeds.device))[0]
         embeds[:, -2] += codec(torch.tensor([talker.codec_pad_token], device=embeds.device))[0]
-        decoded = ids[:, prompt.shape[1]:]
-        steps = torch.arange(decoded.shape[1], device=ids.device).clamp(max=reply.shape[1] - 1)
-        embeds = torch.cat([embeds, codec(decoded) + reply[:, steps]], dim=1)
-        positions = torch.arange(ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
-        return {"inputs_embeds": embeds, "position_ids": positions, "attention_mask": mask(ids.shape[1])}
+        split = max(0, min(ids.shape[1], prompt.shape[1] - seen))
+        decoded = ids[:, split:]
+        steps = (max(0, seen - prompt.shape[1]) + torch.arange(decoded.shape[1], device=ids.device)).clamp(max=reply.shape[1] - 1)
+        embeds = torch.cat([embeds[:, seen:seen + split], codec(decoded) + reply[:, steps]], dim=1)
+        positions = torch.arange(seen, seen + ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+        return {"inputs_embeds": embeds, "position_ids": positions, "attention_mask": mask(seen + ids.shape[1])}
+
+    def whole(ids: torch.Tensor) -> dict[str, Any]:
+        """The talker's inputs over ``ids`` from the start as one call, positions 0..S-1."""
+        return embeds_at(ids, 0)
 
     def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
         if ids.shape[1] != prompt.shape[1]:  # a fresh pass over a decoded sequence (the localization)
@@ -101,16 +107,19 @@ def _driver(model: Model, call: dict[str, Any]) -> Driver:
         return cache, output
 
     def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
-        if ids.shape[1] != 1:
-            raise ValueError("a talker decode step feeds one codec id (its forward adds one reply embedding)")
-        cache, output = forward(cache, input_ids=ids, attention_mask=mask((seq_length(cache) or 0) + 1),
+        seen = seq_length(cache) or 0
+        if ids.shape[1] != 1 or seen - prompt.shape[1] != carried["fed"]:  # a path: the embeddings of those positions
+            return forward(cache, **embeds_at(ids, seen))
+        # the decode, as generate() feeds it: the codec id; the forward adds the next reply embedding and passes the rest on
+        cache, output = forward(cache, input_ids=ids, attention_mask=mask(seen + 1),
                                 input_text_ids=call["input_text_ids"], thinker_reply_part=carried["reply"])
-        carried["reply"] = output.thinker_reply_part
+        carried["reply"], carried["fed"] = output.thinker_reply_part, carried["fed"] + 1
         return cache, output
 
     forwards = Forwards(model=talker, prompt=prompt, start=start, more=more,
                         reference=lambda ids, keep: talker(use_cache=False, **whole(ids)),
-                        make_cache=lambda kind, length: new_cache(talker, kind, length), default_cache=lambda: None)
+                        make_cache=lambda kind, length: new_cache(talker, kind, length), default_cache=lambda: None,
+                        row_inputs=True)
     return Driver(forwards, forbidden={int(i) for i in call.get("suppress_tokens") or ()})
 
 
