@@ -581,7 +581,9 @@ def test_the_cache_paths_run_on_every_codebook_decoder(runner, model_type):
     forwards (positions already decoded fed again as the decode fed them: the chosen frames, the reply embeddings, the
     prompt's embeddings), judged by the causal checks and passing; Bark's coarse stage runs them on its own cache too.
     Not applicable, with the reason: every path where the model prepends a conditioning prefix (MusicGen Melody), crop
-    of a static encoder-decoder cache (transformers refuses it), a prompt too short for two chunks (SeamlessM4T's units)."""
+    of a static encoder-decoder cache (transformers refuses it), a prompt too short for two chunks (SeamlessM4T's units).
+    between_calls makes the cached generate() again and passes, where the first call runs (the labelled static calls
+    of MusicGen Melody and Qwen2.5-Omni raise)."""
     for cache in ("dynamic", "static") if model_type in CODEBOOK_STATIC else ("dynamic",):
         outcome, results = _codebook_results(runner, model_type, cache)
         record = outcome.record
@@ -598,8 +600,11 @@ def test_the_cache_paths_run_on_every_codebook_decoder(runner, model_type):
             assert set(record.own_caches[0].record.paths) == ran
         chunked = model_type not in ("musicgen_melody", "seamless_m4t")
         assert bool(record.chunked is not None and record.chunked.steps) == chunked, record.chunked
-        assert {name: results[name].message for name in ran | {"chunked_prefill"}
+        assert {name: results[name].message for name in ran | {"chunked_prefill", "between_calls"}
                 if name in results and not results[name].passed} == {}
+        made = record.calls is not None and record.calls.compared == 1
+        assert made or (cache, model_type) in {("static", "musicgen_melody"), ("static", "qwen2_5_omni")}, record.calls
+        assert not made or "generate() again through the same instance" in results["between_calls"].message
 
 
 #: (fault, model type, cache) -> the checks it fails beyond the healthy cell's, and words of the first one's message.
@@ -630,3 +635,17 @@ def test_a_cache_path_fault_is_caught_and_located_on_a_codebook_decoder(runner, 
     first = next(name for name in results if name in expected)
     assert words in results[first].message, results[first].message
     assert all(healthy[name].passed for name in expected), {name: healthy[name].message for name in expected}
+
+
+@pytest.mark.parametrize(("model_type", "cache"), [("dia", "dynamic"), ("higgs_audio_v2", "dynamic"), ("qwen2_5_omni", "dynamic"),
+                                                   ("musicgen_melody", "dynamic")])
+def test_a_cache_kept_between_generate_calls_is_caught_on_a_codebook_decoder(runner, model_type, cache):
+    """generate() that hands its next call the cache it built (not reset) fails between_calls on codebook decoders whose
+    generate() prepares its cache through GenerationMixin: the second call's codes or scores leave the first's, or it
+    raises on the stale cache; codebook_generate, whose uncached call builds none, passes."""
+    _, healthy = _codebook_results(runner, model_type, cache)
+    with planted("generate_reuses_cache"):
+        _, results = _codebook_results(runner, model_type, cache)
+    assert _failing(results) - _failing(healthy) == {"between_calls"}, {name: results[name].message for name in _failing(results)}
+    assert "generate() again through the same instance with the same arguments" in results["between_calls"].message
+    assert healthy["between_calls"].passed, healthy["between_calls"].message

@@ -130,11 +130,11 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
               "greedy's tokens, its logits within the parity limit of one uncached pass", enabled_by="assisted",
               float32_only=True, caches=("dynamic",), families=(CAUSAL_LM, *ENCODER_DECODER)),
     # Dynamic cells: continued (causal LMs: and a second, padded prompt); static and quantized (fp8, quanto, HQQ): the same
-    # arguments twice (docs/cache-paths.md).
+    # arguments twice; codebook decoders (their own generate() loops): the cached call twice (docs/cache-paths.md).
     CheckInfo("between_calls", "generate() again through the same model: continued from its returned cache, with extra "
               "left padding, a second prompt, the same cache_config twice: the same tokens, the user's dict unchanged",
               enabled_by="generate", float32_only=True, caches=(*FULL_PRECISION, *QUANTIZED_KINDS), attention="default",
-              families=GENERATE_PATHS, reuse_path=True),
+              families=(*GENERATE_PATHS, TEXT_TO_AUDIO), reuse_path=True),
     CheckInfo("attn_agreement", "this attention and the model's default agree on uncached logits", float32_only=True,
               caches=("dynamic",), attention="other", families=CAUSAL),
     CheckInfo("quantized_kv", "a quantized cache stores what its backend's design stores (fp8: the frozen-scale float8 "

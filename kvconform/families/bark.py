@@ -35,7 +35,7 @@ import torch
 from kvconform.build.geometry import CacheGeometry
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword, embeds_keyword
-from kvconform.families.codebook import GenerateRun, compared
+from kvconform.families.codebook import GenerateRun, compared, generated_twice
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.geometry import self_attention_geometry
 from kvconform.families.inputs import text_ids
@@ -252,26 +252,26 @@ def run_bark_generate(model: Model, inputs: BarkInputs, new_tokens: int) -> Gene
     # generating from embeddings must cache (generation/utils.py:2873-2876 in 5.24); the coarse stage runs without.
     described = (", ".join(f"{k}={v}" for k, v in settings.items()) + ", history_prompt=<voice preset>; "
                  "use_cache=False reaches the coarse stage, generate() keeps the semantic stage's cache (inputs_embeds)")
-    runs = {}
-    for use_cache in (True, False):
+    def call(use_cache: bool) -> tuple[torch.Tensor, _Scores, _Scores]:
         semantic, coarse = _Scores(), _Scores()
-        try:
-            with torch.inference_mode():
-                audio = model.generate(input_ids=inputs.text, attention_mask=inputs.attention_mask, history_prompt=inputs.history,
-                                       use_cache=use_cache, return_dict_in_generate=True, output_scores=True,
-                                       semantic_stopping_criteria=StoppingCriteriaList([semantic]),
-                                       coarse_stopping_criteria=StoppingCriteriaList([coarse]), **settings)
-        except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
-            return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
-        runs[use_cache] = (audio, semantic, coarse)
-    (audio, semantic, coarse), (plain, semantic_plain, coarse_plain) = runs[True], runs[False]
-    codes, windows = _codes(semantic, coarse)
-    scores = list(zip(semantic.scores + coarse.scores, semantic_plain.scores + coarse_plain.scores, strict=False))
-    shape = f"codes {list(codes.shape)} ({len(semantic.scores)} semantic ids, {len(coarse.scores)} coarse ids in {windows} windows)"
-    run = compared(described, shape, codes, _codes(semantic_plain, coarse_plain)[0], scores)
-    if run.equal and not torch.equal(audio, plain):
-        return replace(run, equal=False, detail=f"the same codes, but the waveforms differ (max |Δ| {float((audio - plain).abs().max()):.3g})")
-    return replace(run, output=f"{shape} and waveform {list(audio.shape)}")
+        with torch.inference_mode():
+            audio = model.generate(input_ids=inputs.text, attention_mask=inputs.attention_mask, history_prompt=inputs.history,
+                                   use_cache=use_cache, return_dict_in_generate=True, output_scores=True,
+                                   semantic_stopping_criteria=StoppingCriteriaList([semantic]),
+                                   coarse_stopping_criteria=StoppingCriteriaList([coarse]), **settings)
+        return audio, semantic, coarse
+
+    def compare(first: tuple[torch.Tensor, _Scores, _Scores], second: tuple[torch.Tensor, _Scores, _Scores]) -> GenerateRun:
+        (audio, semantic, coarse), (plain, semantic_plain, coarse_plain) = first, second
+        codes, windows = _codes(semantic, coarse)
+        scores = list(zip(semantic.scores + coarse.scores, semantic_plain.scores + coarse_plain.scores, strict=False))
+        shape = f"codes {list(codes.shape)} ({len(semantic.scores)} semantic ids, {len(coarse.scores)} coarse ids in {windows} windows)"
+        run = compared(described, shape, codes, _codes(semantic_plain, coarse_plain)[0], scores)
+        if run.equal and not torch.equal(audio, plain):
+            return replace(run, equal=False, detail=f"the same codes, but the waveforms differ (max |Δ| {float((audio - plain).abs().max()):.3g})")
+        return replace(run, output=f"{shape} and waveform {list(audio.shape)}")
+
+    return generated_twice(described, call, compare)
 
 
 def _codes(semantic: _Scores, coarse: _Scores) -> tuple[torch.Tensor, int]:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,7 +30,9 @@ from kvconform.compat import cache_keyword
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.encoder_decoder import drive_encoder_decoder
 from kvconform.families.inputs import special_token_ids, text_ids
+from kvconform.matrix import Tolerance
 from kvconform.probe.cache_io import new_cache, seq_length
+from kvconform.probe.calls import CallsRecord
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
 
@@ -119,6 +122,26 @@ class GenerateRun:
     """Max |Δ| between the two runs' processed scores over every generated step (``None``: not comparable)."""
     score_scale: float = 0.0
     error: str | None = None
+    again: GenerateRun | None = None
+    """The cached call made again with the same arguments through the same instance, against the first (``None``: not
+    made, the first calls raised)."""
+
+
+def generated_twice(described: str, call: Callable[[bool], Any], compare: Callable[[Any, Any], GenerateRun]) -> GenerateRun:
+    """``call(use_cache)`` cached, uncached, then cached again through the same instance: the first two compared
+    (``compare(cached, uncached)``), the third against the first (state a call leaves for the next one)."""
+    outputs: dict[str, Any] = {}
+    for name, use_cache in (("cached", True), ("uncached", False), ("again", True)):
+        try:
+            outputs[name] = call(use_cache)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
+            failed = GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
+            if name != "again":
+                return failed
+            outputs[name] = failed
+    run = compare(outputs["cached"], outputs["uncached"])
+    again = outputs["again"]
+    return replace(run, again=again if isinstance(again, GenerateRun) else compare(again, outputs["cached"]))
 
 
 #: The codebook decoders whose own ``generate(cache_implementation="static")`` builds a static cache for the stage the
@@ -158,16 +181,41 @@ def run_generate(model: Model, text: torch.Tensor, new_tokens: int, inputs: dict
                 **({"guidance_scale": guidance} if guidance else {}), **(settings or {}),
                 **({"cache_implementation": "static"} if cache == "static" else {})}
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
-    outputs = {}
-    for use_cache in (True, False):
+
+    def call(use_cache: bool) -> Any:
         given = settings if use_cache else {k: v for k, v in settings.items() if k != "cache_implementation"}
-        try:
-            with torch.inference_mode():
-                outputs[use_cache] = model.generate(input_ids=text, use_cache=use_cache, return_dict_in_generate=True,
-                                                    output_scores=True, **(inputs or {}), **given)
-        except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
-            return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
-    return compare_generated(described, outputs[True], outputs[False])
+        with torch.inference_mode():
+            return model.generate(input_ids=text, use_cache=use_cache, return_dict_in_generate=True, output_scores=True,
+                                  **(inputs or {}), **given)
+
+    return generated_twice(described, call, lambda cached, uncached: compare_generated(described, cached, uncached))
+
+
+#: The comparison ``between_calls`` makes on a codebook decoder (its generate() runs its own loop: neither continued nor
+#: given another prompt here).
+AGAIN = "generate() again through the same instance with the same arguments (the cached call)"
+
+
+def calls_record(run: GenerateRun, tolerance: Tolerance | None) -> CallsRecord:
+    """The ``between_calls`` record of a codebook decoder: its cached ``generate()`` made again against the first, the
+    same output with scores within the parity limit of their scale."""
+    record = CallsRecord(calling=AGAIN)
+    again = run.again
+    if again is None:
+        record.not_made.append(f"{AGAIN}: not made, the first calls raised (codebook_generate)")
+    elif again.error is not None:
+        record.error = f"{AGAIN} raised with {again.error}"[:500]
+    elif not again.equal:
+        record.problems.append(f"{AGAIN}: {again.output}: {again.detail}")
+    else:
+        limit = tolerance.limit(again.score_scale) if tolerance is not None else float("inf")
+        delta = again.score_delta if again.score_delta is not None else float("inf")
+        words = f"{AGAIN}: {again.output}, max |Δscore| {delta:.3g}"
+        if delta > limit:
+            record.problems.append(f"{words} > limit {limit:.3g}: its scores leave the first call's")
+        else:
+            record.checked.append(f"{words} ≤ {limit:.3g}")
+    return record
 
 
 def compare_generated(described: str, cached_run: Any, uncached_run: Any) -> GenerateRun:

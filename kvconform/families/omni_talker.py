@@ -32,7 +32,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
-from kvconform.families.codebook import GenerateRun, compare_generated
+from kvconform.families.codebook import GenerateRun, compare_generated, generated_twice
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.depth_codebooks import DepthTrace
 from kvconform.families.inputs import special_token_ids, text_ids
@@ -139,30 +139,31 @@ def run_omni_generate(model: Model, settings: dict[str, Any], cache: str = "dyna
     its generate(), modeling_qwen2_5_omni.py:3878-3879)."""
     static = {"talker_cache_implementation": "static"} if cache == "static" else {}
     described = ", ".join(f"{k}={v}" for k, v in {**settings, **static}.items() if not isinstance(v, torch.Tensor))
-    talkers, results = {}, {}
-    for use_cache in (True, False):
-        original = model.talker.generate
+    def call(use_cache: bool) -> tuple[Any, Any]:
+        original, talker = model.talker.generate, {}
 
         def talker_generate(**call: Any) -> Any:
-            result = original(**{**call, "return_dict_in_generate": True, "output_scores": True})  # noqa: B023
-            talkers[use_cache] = _talker_codes(result)  # noqa: B023
+            result = original(**{**call, "return_dict_in_generate": True, "output_scores": True})
+            talker["codes"] = _talker_codes(result)
             return result if call.get("return_dict_in_generate") else result.sequences
 
         torch.manual_seed(0)
-        try:
-            given = {**settings, **(static if use_cache else {}), "use_cache": use_cache}
-            results[use_cache] = through_stage(model, "talker", given, talker_generate)
-        except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
-            return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
-    run = compare_generated(described, talkers[True], talkers[False])
-    (text, wave), (text_uncached, wave_uncached) = results[True], results[False]
-    if not torch.equal(text, text_uncached):
-        return replace(run, equal=False, detail=f"the thinker's text differs; talker codes: {run.detail}")
-    waves = [wave] if isinstance(wave, torch.Tensor) else list(wave)
-    uncached = [wave_uncached] if isinstance(wave_uncached, torch.Tensor) else list(wave_uncached)
-    if run.equal and not all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(waves, uncached, strict=True)):
-        return replace(run, equal=False, detail="the same codes, but token2wav's waveforms differ")
-    return replace(run, output=f"talker {run.output} and waveform")
+        given = {**settings, **(static if use_cache else {}), "use_cache": use_cache}
+        result = through_stage(model, "talker", given, talker_generate)
+        return talker["codes"], result
+
+    def compare(first: tuple[Any, Any], second: tuple[Any, Any]) -> GenerateRun:
+        run = compare_generated(described, first[0], second[0])
+        (text, wave), (text_uncached, wave_uncached) = first[1], second[1]
+        if not torch.equal(text, text_uncached):
+            return replace(run, equal=False, detail=f"the thinker's text differs; talker codes: {run.detail}")
+        waves = [wave] if isinstance(wave, torch.Tensor) else list(wave)
+        uncached = [wave_uncached] if isinstance(wave_uncached, torch.Tensor) else list(wave_uncached)
+        if run.equal and not all(a.shape == b.shape and torch.equal(a, b) for a, b in zip(waves, uncached, strict=True)):
+            return replace(run, equal=False, detail="the same codes, but token2wav's waveforms differ")
+        return replace(run, output=f"talker {run.output} and waveform")
+
+    return generated_twice(described, call, compare)
 
 
 @dataclass

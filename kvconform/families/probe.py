@@ -10,7 +10,7 @@ from kvconform.build.models import Model
 from kvconform.families import AUDIO_LANGUAGE, CROSS_HALF, ENCODER_DECODER, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families.audio import audio_inputs
 from kvconform.families.bark import is_bark, probe_bark
-from kvconform.families.codebook import GenerateRun, probe_codebook
+from kvconform.families.codebook import GenerateRun, calls_record, probe_codebook
 from kvconform.families.decode import FamilyRun
 from kvconform.families.depth_codebooks import DepthTrace, is_depth_codebook_model, probe_depth_codebooks
 from kvconform.families.encoder_decoder import probe_encoder_decoder
@@ -120,6 +120,8 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     probe = _probe(model, plan, family)
     if family == TEXT_TO_AUDIO and probe.cross is None:
         probe.not_applicable = {**NO_CROSS_HALF, **probe.not_applicable}
+    if family == TEXT_TO_AUDIO and probe.codebook is not None and plan.calls:  # its generate() made again
+        probe.record.calls = calls_record(probe.codebook.generate, plan.locate_tolerance)
     return probe
 
 

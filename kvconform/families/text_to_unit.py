@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from kvconform.build.models import Model
-from kvconform.families.codebook import GenerateRun, compare_generated
+from kvconform.families.codebook import GenerateRun, compare_generated, generated_twice
 from kvconform.families.decode import FamilyRun
 from kvconform.families.encoder_decoder import drive_encoder_decoder
 from kvconform.families.inputs import special_token_ids, text_ids
@@ -125,24 +125,28 @@ def run_text_to_unit_generate(model: Model, settings: dict[str, Any], cache: str
     static = {"speech_cache_implementation": "static"} if cache == "static" else {}
     described = ", ".join(f"{k}={v}" for k, v in {**settings, **static}.items() if not isinstance(v, torch.Tensor | list))
     described += f", speech_suppress_tokens=<{len(settings['speech_suppress_tokens'])} non-unit ids>"
-    units, results = {}, {}
     original = model.t2u_model.generate
-    for use_cache in (True, False):
+
+    def call(use_cache: bool) -> tuple[Any, Any]:
+        units = {}
+
         def t2u_generate(**call: Any) -> Any:
             result = original(**{**call, "return_dict_in_generate": True, "output_scores": True})
-            units[use_cache] = result  # noqa: B023
+            units["run"] = result
             return result.sequences
 
-        try:
-            given = {**settings, **(static if use_cache else {}), "use_cache": use_cache, "return_intermediate_token_ids": True}
-            results[use_cache] = through_stage(model, "t2u_model", given, t2u_generate)
-        except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
-            return GenerateRun(described, "", False, "", error=f"use_cache={use_cache}: {type(exc).__name__}: {exc}")
-    run = compare_generated(described, units[True], units[False])
-    cached, uncached = results[True], results[False]
-    if not torch.equal(cached.sequences, uncached.sequences):
-        return replace(run, equal=False, detail=f"the text stage's ids differ; t2u units: {run.detail}")
-    if run.equal and not torch.equal(cached.waveform, uncached.waveform):
-        return replace(run, equal=False, detail="the same units, but the vocoder's waveforms differ")
-    return replace(run, output=f"t2u units {run.output.removeprefix('codes ')}, text {list(cached.sequences.shape)} and "
-                               f"waveform {list(cached.waveform.shape)}")
+        given = {**settings, **(static if use_cache else {}), "use_cache": use_cache, "return_intermediate_token_ids": True}
+        result = through_stage(model, "t2u_model", given, t2u_generate)
+        return units["run"], result
+
+    def compare(first: tuple[Any, Any], second: tuple[Any, Any]) -> GenerateRun:
+        run = compare_generated(described, first[0], second[0])
+        cached, uncached = first[1], second[1]
+        if not torch.equal(cached.sequences, uncached.sequences):
+            return replace(run, equal=False, detail=f"the text stage's ids differ; t2u units: {run.detail}")
+        if run.equal and not torch.equal(cached.waveform, uncached.waveform):
+            return replace(run, equal=False, detail="the same units, but the vocoder's waveforms differ")
+        return replace(run, output=f"t2u units {run.output.removeprefix('codes ')}, text {list(cached.sequences.shape)} and "
+                                   f"waveform {list(cached.waveform.shape)}")
+
+    return generated_twice(described, call, compare)
