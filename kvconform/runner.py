@@ -145,20 +145,21 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
     """A family cell's generate() paths: the one generate, beam and assisted paths, a ragged batch of its prompt and the
     calls through one instance, given the family's adapter, and generate(prefill_chunk_size=...) where its chunked prefill
     ran (timed)."""
-    from kvconform.families.encoder_decoder import assisted_inputs
+    from kvconform.families import ENCODER_DECODER
     from kvconform.families.geometry import self_attention_geometry
     from kvconform.probe.assisted import run_assisted
     from kvconform.probe.decode import run_generate
     from kvconform.probe.generation import run_beam
     from kvconform.probe.window import windows_of
 
-    record, inputs = probe.record, probe.generate_inputs
+    record, inputs, assisted = probe.record, probe.generate_inputs, probe.assisted_inputs
+    # an encoder-decoder's windows are its decoder's; a decoder-only model's, its cache geometry's (run_assisted's own)
+    windows = windows_of(self_attention_geometry(model.config)[0]) if cell.spec.family in ENCODER_DECODER else None
     runs = {"generate": lambda: run_generate(model, inputs, plan.decode_steps, plan.cache, keep_logits=plan.calls),
             "beam": lambda: run_beam(model, plan, inputs),
-            "assisted": lambda: run_assisted(model, plan, windows=windows_of(self_attention_geometry(model.config)[0]),
-                                             inputs_for=assisted_inputs)}
+            "assisted": lambda: run_assisted(model, plan, windows=windows, inputs_for=assisted)}
     for name, run in runs.items():
-        if check_applies(name, cell) and (inputs is not None or name == "assisted"):
+        if check_applies(name, cell) and (assisted is not None if name == "assisted" else inputs is not None):
             start = time.perf_counter()
             if name == "generate":
                 record.generate = run()

@@ -46,17 +46,17 @@ def _unexplained(model_type: str, failed: dict[str, str]) -> dict[str, str]:
     return {name: message for name, message in failed.items() if not (name in known and known[name] in message)}
 
 
-def _cell(model_type: str, cache: str = "dynamic") -> Cell:
+def _cell(model_type: str, cache: str = "dynamic", assisted: bool = False) -> Cell:
     settings = Settings(dtypes=("float32",), devices=("cpu",), caches=("dynamic", "static"), tolerances=TOLERANCES,
                         generate=True, beam=True, prefix_reuse=True, crop=True, chunked_prefill=True, window_crossings=True,
-                        ragged=True)
+                        ragged=True, assisted=assisted)
     family = MODELS.get(model_type, TEXT_TO_AUDIO)
-    return Cell(ModelSpec(id=f"{model_type}-family", source="synthetic", location=model_type, settings=settings, family=family),
-                "float32", "cpu", cache, "sdpa")
+    return Cell(ModelSpec(id=f"{model_type}-family{'-assisted' if assisted else ''}", source="synthetic", location=model_type,
+                          settings=settings, family=family), "float32", "cpu", cache, "sdpa")
 
 
-def _outcome(runner: CellRunner, model_type: str, cache: str = "dynamic") -> CellOutcome:
-    cell = _cell(model_type, cache)
+def _outcome(runner: CellRunner, model_type: str, cache: str = "dynamic", assisted: bool = False) -> CellOutcome:
+    cell = _cell(model_type, cache, assisted)
     runner.outcomes.pop(cell.id, None)
     outcome = runner.outcome(cell)
     assert outcome.error is None, outcome.error
@@ -649,3 +649,34 @@ def test_a_cache_kept_between_generate_calls_is_caught_on_a_codebook_decoder(run
     assert _failing(results) - _failing(healthy) == {"between_calls"}, {name: results[name].message for name in _failing(results)}
     assert "generate() again through the same instance with the same arguments" in results["between_calls"].message
     assert healthy["between_calls"].passed, healthy["between_calls"].message
+
+
+@pytest.mark.parametrize("model_type", ["llava", "qwen2_audio"])
+def test_assisted_decoding_runs_on_a_media_prompt_and_a_crop_that_keeps_rejected_drafts_is_caught(runner, model_type):
+    """A vision- and an audio-language cell run assisted generate() on a one-row media prompt (the family's adapter):
+    all three drafters return greedy's tokens within the parity limit, and the assistants' drafts are rejected (the
+    assistant's generate() drafts without the media: generation/utils.py _prefill(is_first_iteration=not is_assistant)
+    drops mm_encoder_outputs); planted, a crop that keeps the rejected drafts fails assisted only, located at the
+    forward after the crop."""
+    outcome = _outcome(runner, model_type, assisted=True)
+    record = outcome.record.extras["assisted"]
+    healthy = family_checks.run_all_family(outcome.family, MODELS[model_type], TOLERANCES["float32"])
+    assert healthy["assisted"].passed, healthy["assisted"].message
+    assert [run.drafter for run in record.runs] == ["self", "random", "prompt_lookup"]
+    assert len(record.prompt) > 6 and outcome.family.assisted_inputs is not None
+    assert sum(next(run for run in record.runs if run.drafter == "self").rejected) > 0, healthy["assisted"].message
+    with planted("crop_skips_verified_drafts"):
+        faulty = _outcome(runner, model_type, assisted=True)
+    results = family_checks.run_all_family(faulty.family, MODELS[model_type], TOLERANCES["float32"])
+    assert _failing(results) - _failing(healthy) == {"assisted"}, {name: results[name].message for name in _failing(results)}
+    assert "[cache fault]" in results["assisted"].message and "the crop before it left +3 columns" in results["assisted"].message
+
+
+def test_assisted_decoding_is_not_applicable_where_generate_hands_the_image_to_its_language_model(runner):
+    """BLIP-2's own generate() takes the image as a required argument and calls its language model's generate() with
+    embeddings: the assisted path is not applicable, with the reason and the source line."""
+    MODELS.setdefault("blip-2", VISION_LANGUAGE)
+    outcome = _outcome(runner, "blip-2", assisted=True)
+    reason = outcome.record.extras["assisted"].not_applicable
+    assert reason is not None and "Blip2ForConditionalGeneration.generate() (modeling_blip_2.py:" in reason, reason
+    assert "missing 'pixel_values'" in reason

@@ -128,7 +128,7 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     # another attention on windowed models only, one drafter (docs/cache-paths.md).
     CheckInfo("assisted", "assisted generate() (the model as its own assistant, a random assistant, prompt lookup) returns "
               "greedy's tokens, its logits within the parity limit of one uncached pass", enabled_by="assisted",
-              float32_only=True, caches=("dynamic",), families=(CAUSAL_LM, *ENCODER_DECODER)),
+              float32_only=True, caches=("dynamic",), families=(CAUSAL_LM, *ENCODER_DECODER, *MULTIMODAL)),
     # Dynamic cells: continued (causal LMs: and a second, padded prompt); static and quantized (fp8, quanto, HQQ): the same
     # arguments twice; codebook decoders (their own generate() loops): the cached call twice (docs/cache-paths.md).
     CheckInfo("between_calls", "generate() again through the same model: continued from its returned cache, with extra "

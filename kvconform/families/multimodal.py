@@ -9,8 +9,10 @@ the second record.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -26,6 +28,7 @@ from kvconform.families.decoders import image_cross_attention, inner_language_mo
 from kvconform.families.inputs import MediaInputs, image_delimiters, needs_an_image, special_token_ids, text_ids
 from kvconform.families.media_calls import GenerateCall, generate_calls
 from kvconform.families.registry import decoder_prompt, prefix_lm_types
+from kvconform.probe.assisted import Adapter, AssistedInputs
 from kvconform.probe.cache_io import cross_layers, declare_prompt, keep_logits, new_cache, returned_cache, seq_length, whole_pass
 from kvconform.probe.decode import ProbePlan, ProbeRecord, without_paths
 from kvconform.probe.forwards import Forwards, fed_back
@@ -188,6 +191,8 @@ class MultimodalRun:
     """How the media was made and where its placeholders sit in the prompt."""
     generate_inputs: GenerateInputs
     """The media prompt as ``generate()`` takes it (the family's adapter of the one generate and beam paths)."""
+    assisted_inputs: Adapter
+    """A media prompt of one row as assisted ``generate()`` takes it (the family's adapter of the assisted path)."""
 
 
 def _decoder_prompt(model: Model, prompt: torch.Tensor) -> tuple[torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
@@ -201,6 +206,22 @@ def _decoder_prompt(model: Model, prompt: torch.Tensor) -> tuple[torch.Tensor, C
     prompt[:, 0] = int(getattr(text_config, rewrite["first"]))
     closing = int(getattr(text_config, rewrite["closing"]))
     return prompt, lambda ids: torch.cat([ids, torch.full_like(ids[:, :1], closing)], dim=1)
+
+
+def _own_generate(model: Model) -> str | None:
+    """Why assisted decoding cannot run through a model whose own generate() takes the image as a required argument and
+    hands its language model's generate() the prompt as embeddings (BLIP-2: modeling_blip_2.py:1818 in 5.24): an
+    assistant of the same architecture is called without the image (TypeError), and the forwards that verify the drafts
+    are the language model's; ``None`` elsewhere."""
+    generate = type(model).generate
+    pixels = inspect.signature(generate).parameters.get("pixel_values")
+    if pixels is None or pixels.default is not inspect.Parameter.empty:
+        return None
+    source = inspect.unwrap(generate)  # under its torch.no_grad() wrapper
+    where = f"{Path(inspect.getsourcefile(source) or '?').name}:{inspect.getsourcelines(source)[1]}"
+    return (f"{type(model).__name__}.generate() ({where}) takes the image as a required argument and calls its language "
+            "model's generate() with the prompt's embeddings: an assistant of its architecture is called without the image "
+            "(TypeError: missing 'pixel_values') and the forwards that verify drafts are the language model's")
 
 
 def _forget_rope_deltas(model: Model) -> None:
@@ -295,4 +316,22 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     given = GenerateInputs({"input_ids": ids, "attention_mask": torch.ones_like(ids), **media_inputs}, prompt.shape[1],
                            {"suppress_tokens": sorted(forbidden)}, carried=carried,
                            ragged_columns=(TEXT_BEFORE_MEDIA + len(row), prompt.shape[1]), one_pass=one_pass)
-    return MultimodalRun(with_media, text_only, calls, recipe, given)
+
+    def assisted(_model: Model, _plan: Any, length: int) -> AssistedInputs:
+        """One row (assisted decoding refuses more): its own media, the text before it, then ``length`` tokens that repeat
+        their first half (prompt lookup drafts from them); the reference is ``one_pass``'s, of this row's media."""
+        item = media(model, 1, plan.seed)
+        half = text_ids(1, (length + 1) // 2, plan.seed, vocab, forbidden)
+        body = torch.cat([half, half], dim=1)[:, :length].to(device)
+        placed = torch.tensor([[*before, *[item.token_id] * item.tokens_per_row, *after]], dtype=body.dtype, device=device)
+        one, as_given_one = _decoder_prompt(model, torch.cat([body[:, :TEXT_BEFORE_MEDIA], placed, body[:, TEXT_BEFORE_MEDIA:]], dim=1))
+        ids = as_given_one(one)
+
+        def reference(sequences: torch.Tensor, positioned: bool) -> torch.Tensor:
+            return model(input_ids=sequences, attention_mask=torch.ones_like(sequences), **inputs(sequences, item, one.shape[1]),
+                         **whole_pass(model, one.shape[1])).logits
+
+        return AssistedInputs(one, {"input_ids": ids, "attention_mask": torch.ones_like(ids), **inputs(one, item, one.shape[1])},
+                              reference, {"suppress_tokens": sorted(forbidden)}, not_applicable=_own_generate(model))
+
+    return MultimodalRun(with_media, text_only, calls, recipe, given, assisted)

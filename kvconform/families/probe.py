@@ -13,7 +13,7 @@ from kvconform.families.bark import is_bark, probe_bark
 from kvconform.families.codebook import GenerateRun, calls_record, probe_codebook
 from kvconform.families.decode import FamilyRun
 from kvconform.families.depth_codebooks import DepthTrace, is_depth_codebook_model, probe_depth_codebooks
-from kvconform.families.encoder_decoder import probe_encoder_decoder
+from kvconform.families.encoder_decoder import assisted_inputs, probe_encoder_decoder
 from kvconform.families.flow_matching import is_flow_matching_model, probe_flow_matching
 from kvconform.families.geometry import cross_attention_geometry, self_attention_geometry
 from kvconform.families.inline_codebooks import is_inline_codebook_model, probe_inline_codebooks
@@ -24,6 +24,7 @@ from kvconform.families.omni_talker import is_thinker_talker_model, probe_omni_t
 from kvconform.families.streaming_codes import is_streaming_codes_model, probe_streaming_codes
 from kvconform.families.streaming_encoder import is_streaming_encoder_model, probe_streaming_encoder
 from kvconform.families.text_to_unit import is_text_to_unit_model, probe_text_to_unit
+from kvconform.probe.assisted import Adapter
 from kvconform.probe.decode import OwnCache, ProbePlan, ProbeRecord
 from kvconform.probe.generate_inputs import GenerateInputs
 
@@ -35,6 +36,7 @@ STREAMING_ENCODER_NOT_APPLICABLE = {
                  "forward refuses a call without input_features or encoder_inputs_embeds (modeling_voxtral_realtime.py:950-951, :962-973)",
     "media_calls": "a streaming model's generate() takes the audio with every prompt (no text-only call to bracket the "
                    "audio calls with); the generate and beam paths give it the audio",
+    "assisted": "assisted decoding is not built for a streaming model's driver (its encoder's own cache beside the decoder's)",
 }
 #: The multimodal checks a streaming model (codec frames beside every text position) cannot take, and why.
 STREAMING_NOT_APPLICABLE = {
@@ -42,6 +44,7 @@ STREAMING_NOT_APPLICABLE = {
                  "generate() reads input_values to make them (modeling_kyutai_speech_to_text.py:736-739, :826-858)",
     "media_calls": "a streaming model's generate() takes only the audio (its text starts at bos_token_id), so there is "
                    "no text-only call to bracket the audio calls with; the generate and beam paths give it the audio",
+    "assisted": "assisted decoding is not built for a streaming model's driver (a codec frame beside every text position)",
 }
 #: The cross-attention checks a text-to-audio cell without a cross-attention half cannot take (MusicGen, Dia and
 #: SeamlessM4T's text-to-unit model have one and take them).
@@ -99,6 +102,8 @@ class FamilyProbe:
     codebook: CodebookHeads | None = None
     generate_inputs: GenerateInputs | None = None
     """The cell's prompt as ``generate()`` takes it: what the one generate and beam paths are given (the adapter)."""
+    assisted_inputs: Adapter | None = None
+    """A prompt of one row as assisted ``generate()`` takes it (the adapter of the assisted path; ``None``: not built)."""
     not_applicable: dict[str, str] = field(default_factory=dict)
     """Family checks the cell cannot take, each with the reason (the suites skip them, ``run_all_family`` leaves them out)."""
 
@@ -145,13 +150,14 @@ def _probe(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         run = probe_multimodal(model, plan, make, noun)
         explanation = f"{explain(config)}; inputs: {run.recipe}"
         return FamilyProbe(run.with_media.record, cache_geometry(config), explanation, run.recipe, text_only=run.text_only.record if run.text_only is not None else None,
-                           calls=run.calls, generate_inputs=run.generate_inputs)
+                           calls=run.calls, generate_inputs=run.generate_inputs, assisted_inputs=run.assisted_inputs)
     if family in ENCODER_DECODER:
         result = probe_encoder_decoder(model, plan)
         geometry, explanation = self_attention_geometry(config)
         cross = _cross_half(result.run, config, result.encoder_length, result.encoder_calls)
         inputs = f"encoder: {result.recipe} -> {result.encoder_length} encoder positions"
-        return FamilyProbe(result.run.record, geometry, explanation, inputs, cross=cross, generate_inputs=result.generate_inputs)
+        return FamilyProbe(result.run.record, geometry, explanation, inputs, cross=cross, generate_inputs=result.generate_inputs,
+                           assisted_inputs=assisted_inputs)
     if family == TEXT_TO_AUDIO and is_text_to_unit_model(model):
         units = probe_text_to_unit(model, plan)
         t2u = model.t2u_model.config  # its decoder fields are the t2u_* ones (modeling_seamless_m4t.py:1853-1856)

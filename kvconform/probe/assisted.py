@@ -274,6 +274,8 @@ class AssistedInputs:
     """``[1, S]`` (decoder) ids and whether generate() fed ``position_ids`` -> their uncached logits ``[1, S, V]``."""
     config: dict[str, Any] = field(default_factory=dict)
     """Generation settings the family needs (an encoder-decoder's ``decoder_start_token_id``)."""
+    not_applicable: str | None = None
+    """Why the model's own generate() cannot take this path (the adapter knows), else ``None``."""
 
 
 def causal_inputs(model: Model, plan: Any, length: int) -> AssistedInputs:
@@ -315,6 +317,8 @@ def _assisted(model: Model, plan: Any, drafters: tuple[str, ...], other_attentio
     if reason is not None:
         return AssistedRecord([], new, [], 0.0, 0.0, windows, [], not_applicable=reason)
     inputs = inputs_for(model, plan, prompt_length)
+    if inputs.not_applicable is not None:
+        return AssistedRecord([], new, [], 0.0, 0.0, windows, [], not_applicable=inputs.not_applicable)
     prompt = inputs.prompt
     prompt_length = prompt.shape[1]
     try:
