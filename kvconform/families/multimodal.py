@@ -331,7 +331,12 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
             return model(input_ids=sequences, attention_mask=torch.ones_like(sequences), **inputs(sequences, item, one.shape[1]),
                          **whole_pass(model, one.shape[1])).logits
 
+        # An EOS no token has where the built model's generation config has none (every published checkpoint's
+        # generation_config.json names one; the composite configs' classes do not), as transformers' own assisted tests
+        # stop: prompt lookup up to 5.12 raises on a missing one (candidate_generator.py:1138 in 5.12.1, the labelled
+        # finding of the BERT decoders, which have none).
+        stop = {"eos_token_id": -1} if model.generation_config.eos_token_id is None else {}
         return AssistedInputs(one, {"input_ids": ids, "attention_mask": torch.ones_like(ids), **inputs(one, item, one.shape[1])},
-                              reference, {"suppress_tokens": sorted(forbidden)}, not_applicable=_own_generate(model))
+                              reference, {"suppress_tokens": sorted(forbidden), **stop}, not_applicable=_own_generate(model))
 
     return MultimodalRun(with_media, text_only, calls, recipe, given, assisted)

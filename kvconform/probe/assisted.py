@@ -323,7 +323,7 @@ def _assisted(model: Model, plan: Any, drafters: tuple[str, ...], other_attentio
     prompt_length = prompt.shape[1]
     try:
         with main_forwards(model) as fed:
-            greedy = model.generate(**inputs.kwargs, generation_config=_config(model, plan.cache, new, **inputs.config, **stop))
+            greedy = model.generate(**inputs.kwargs, generation_config=_config(model, plan.cache, new, **{**inputs.config, **stop}))
     except Exception as exc:  # noqa: BLE001 - a crash of plain generate() fails this check only
         words = f"{type(exc).__name__}: {exc}"[:500]
         if isinstance(exc, TypeError) and "generate() missing" in str(exc):  # a generate() of its own, of other inputs
@@ -357,7 +357,7 @@ def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int
     def once() -> tuple[list[int], list[torch.Tensor], list[Forward]]:
         with main_forwards(model) as forwards, drafting(assistant if assistant is not None else model):
             out = model.generate(**inputs.kwargs, **({"assistant_model": assistant} if assistant is not None else {}),
-                                 generation_config=_config(model, plan.cache, new, **inputs.config, **extra, **stop))
+                                 generation_config=_config(model, plan.cache, new, **{**inputs.config, **extra, **stop}))
         return out.sequences[0, prompt.shape[1] :].tolist(), list(out.logits), forwards
 
     def deltas(tokens: list[int], logits: list[torch.Tensor]) -> list[float]:
