@@ -205,8 +205,9 @@ def probe_streaming_encoder(model: Model, plan: ProbePlan) -> StreamingEncoderRu
     steps = [replace(step, layers=layers, seq_length=length)
              for step, layers, length in zip(run.record.steps, run.halves[ENCODER_CACHE], stream.lengths, strict=False)]
     static = plan.cache == "static"
+    # the decoder's cache paths stay the main record's: the encoder's own cache ran none
     encoder_record = replace(run.record, plan=replace(plan, prompt_length=factor * plan.prompt_length, positions_per_step=factor),
-                             steps=steps, max_cache_len=int(audio.sliding_window) if static else None)
+                             steps=steps, max_cache_len=int(audio.sliding_window) if static else None, paths={})
     encoder = OwnCache(ENCODER_CACHE, encoder_record, cache_geometry(audio), f"{explain(audio)}; {factor} encoder positions "
                        f"a text position (downsample_factor)")
     recipe = (f"{recipe}; its front end once over it -> encoder_inputs_embeds {list(stream.embeds.shape)}, "
