@@ -904,13 +904,14 @@ def _kyutai_within_its_window() -> torch.nn.Module:
 
 def test_a_streaming_model_gets_each_positions_codec_frame(healthy):
     """Kyutai speech-to-text: its feature extractor's waveform through its codec as generate() encodes it, position p
-    fed frame p - 1 beside its text id; the text-only and media_calls checks are not applicable (no text-only prompt)."""
+    fed frame p - 1 beside its text id; the text-only and media_calls checks are not applicable (no text-only prompt), nor
+    assisted decoding (not built for a streaming driver)."""
     from kvconform.families.streaming_codes import streamed_audio, with_frames
 
     probe, results = healthy("kyutai_speech_to_text")
     assert "KyutaiSpeechToTextFeatureExtractor()" in probe.inputs and "input_ids [B, S, 1 + 32]" in probe.inputs, probe.inputs
     assert results["growth"].passed and results["shapes"].passed and "text_only" not in results and "media_calls" not in results
-    assert set(probe.not_applicable) == {"text_only", "media_calls"}
+    assert set(probe.not_applicable) == {"text_only", "media_calls", "assisted"}
     model = _kyutai_within_its_window()
     audio = streamed_audio(model, 2, 6, seed=0)
     seen: list[torch.Tensor] = []
@@ -948,7 +949,7 @@ def test_a_streaming_encoder_advances_its_own_cache_beside_the_decoders(healthy,
     from kvconform.families.streaming_encoder import EncoderStream, _audio
 
     probe, results = healthy("voxtral_realtime")
-    assert set(probe.not_applicable) == {"text_only", "media_calls"} and "text_only" not in results
+    assert set(probe.not_applicable) == {"text_only", "media_calls", "assisted"} and "text_only" not in results
     assert "audio encoder cache: cache length 24→28→32→36→40→44→48→52→56" in results["growth"].message, results["growth"].message
     assert "(window 32): 24→28→31→31" in results["growth"].message, results["growth"].message
     assert "audio encoder cache: " in results["shapes"].message and "audio encoder cache: " in results["bytes"].message
