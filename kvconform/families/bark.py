@@ -223,7 +223,7 @@ def probe_bark(model: Model, plan: ProbePlan) -> BarkRun:
               f"[B, {prompt.shape[1]}] on those semantic ids (window, infer token, coarse history; :761-820), {books} codebooks "
               f"interleaved in one stream, each step's logits over codebook k's {stages.codebook_size} ids as head k")
     start = time.perf_counter()
-    generated = run_bark_generate(model, inputs, plan.decode_steps)
+    generated = run_bark_generate(model, inputs, plan.decode_steps, plan.calls)
     semantic.record.timings["generate_s"] = time.perf_counter() - start
     return BarkRun(semantic, coarse, geometry, explanation, books, recipe, generated)
 
@@ -242,7 +242,7 @@ class _Scores:
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
-def run_bark_generate(model: Model, inputs: BarkInputs, new_tokens: int) -> GenerateRun:
+def run_bark_generate(model: Model, inputs: BarkInputs, new_tokens: int, again: bool = True) -> GenerateRun:
     """Greedy ``BarkModel.generate`` with ``use_cache`` True and False on the same text and voice preset: the waveform,
     each stage's scores (every coarse window's) compared."""
     from transformers import StoppingCriteriaList
@@ -271,7 +271,7 @@ def run_bark_generate(model: Model, inputs: BarkInputs, new_tokens: int) -> Gene
             return replace(run, equal=False, detail=f"the same codes, but the waveforms differ (max |Δ| {float((audio - plain).abs().max()):.3g})")
         return replace(run, output=f"{shape} and waveform {list(audio.shape)}")
 
-    return generated_twice(described, call, compare)
+    return generated_twice(described, call, compare, again)
 
 
 def _codes(semantic: _Scores, coarse: _Scores) -> tuple[torch.Tensor, int]:

@@ -127,11 +127,13 @@ class GenerateRun:
     made, the first calls raised)."""
 
 
-def generated_twice(described: str, call: Callable[[bool], Any], compare: Callable[[Any, Any], GenerateRun]) -> GenerateRun:
-    """``call(use_cache)`` cached, uncached, then cached again through the same instance: the first two compared
-    (``compare(cached, uncached)``), the third against the first (state a call leaves for the next one)."""
+def generated_twice(described: str, call: Callable[[bool], Any], compare: Callable[[Any, Any], GenerateRun],
+                    again: bool = True) -> GenerateRun:
+    """``call(use_cache)`` cached, uncached, then (where ``again``: the cell runs between_calls) cached again through the
+    same instance: the first two compared (``compare(cached, uncached)``), the third against the first (state a call
+    leaves for the next one)."""
     outputs: dict[str, Any] = {}
-    for name, use_cache in (("cached", True), ("uncached", False), ("again", True)):
+    for name, use_cache in (("cached", True), ("uncached", False), ("again", True))[: 3 if again else 2]:
         try:
             outputs[name] = call(use_cache)
         except Exception as exc:  # noqa: BLE001 - a model that cannot generate fails the check with its error
@@ -140,8 +142,10 @@ def generated_twice(described: str, call: Callable[[bool], Any], compare: Callab
                 return failed
             outputs[name] = failed
     run = compare(outputs["cached"], outputs["uncached"])
-    again = outputs["again"]
-    return replace(run, again=again if isinstance(again, GenerateRun) else compare(again, outputs["cached"]))
+    if "again" not in outputs:
+        return run
+    second = outputs["again"]
+    return replace(run, again=second if isinstance(second, GenerateRun) else compare(second, outputs["cached"]))
 
 
 #: The codebook decoders whose own ``generate(cache_implementation="static")`` builds a static cache for the stage the
@@ -171,7 +175,7 @@ def static_support(model: Model) -> str | None:
 
 
 def run_generate(model: Model, text: torch.Tensor, new_tokens: int, inputs: dict[str, torch.Tensor] | None = None,
-                 settings: dict[str, Any] | None = None, cache: str = "dynamic") -> GenerateRun:
+                 settings: dict[str, Any] | None = None, cache: str = "dynamic", again: bool = True) -> GenerateRun:
     """Greedy ``generate()`` on the text prompt (and ``inputs``, the audio a prompt holds) with ``use_cache`` True and
     False, as a user calls it; ``settings`` are the model's own greedy ones; a static cell's cached call asks for
     ``cache_implementation="static"``. A model that returns its codes beside the text ids (Higgs Audio:
@@ -188,7 +192,7 @@ def run_generate(model: Model, text: torch.Tensor, new_tokens: int, inputs: dict
             return model.generate(input_ids=text, use_cache=use_cache, return_dict_in_generate=True, output_scores=True,
                                   **(inputs or {}), **given)
 
-    return generated_twice(described, call, lambda cached, uncached: compare_generated(described, cached, uncached))
+    return generated_twice(described, call, lambda cached, uncached: compare_generated(described, cached, uncached), again)
 
 
 #: The comparison ``between_calls`` makes on a codebook decoder (its generate() runs its own loop: neither continued nor
@@ -296,7 +300,7 @@ def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
               f"{' as [B, S, K]' if codes.channels_last else ''}, start token {codes.start} in frame 0, delays "
               f"{list(codes.delays)} ({codes.source})")
     start = time.perf_counter()
-    generated = run_generate(model, text, plan.decode_steps, cache=plan.cache)
+    generated = run_generate(model, text, plan.decode_steps, cache=plan.cache, again=plan.calls)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return CodebookRun(run, codes, recipe, generated, encoder)
 

@@ -252,6 +252,6 @@ def probe_depth_codebooks(model: Model, plan: ProbePlan) -> DepthRun:
     recipe = (f"text input_ids [B, {TEXT_TOKENS}], then frames [B, 1, {codebooks}]: codebook 0 from the backbone, "
               f"codebooks 1..{codebooks - 1} from the depth decoder's own cache, empty every frame (generation_csm.py)")
     start = time.perf_counter()
-    generated = run_generate(model, text, plan.decode_steps, cache=plan.cache)
+    generated = run_generate(model, text, plan.decode_steps, cache=plan.cache, again=plan.calls)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return DepthRun(replace(run, row_deltas=rows), codebooks, frames.trace, recipe, generated)

@@ -172,7 +172,8 @@ def probe_inline_codebooks(model: Model, plan: ProbePlan) -> InlineRun:
               f"frame [B, 1, {k}] a step, audio only, stream bos {codes.start} in codebooks k >= j of frame j ({codes.source})")
     inputs = stream.inputs(stream.prompt)
     start = time.perf_counter()
-    generated = run_generate(model, inputs.pop("input_ids"), plan.decode_steps, inputs=inputs, settings=GREEDY, cache=plan.cache)
+    generated = run_generate(model, inputs.pop("input_ids"), plan.decode_steps, inputs=inputs, settings=GREEDY, cache=plan.cache,
+                             again=plan.calls)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return InlineRun(run, codes, recipe, generated)
 

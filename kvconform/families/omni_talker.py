@@ -132,7 +132,7 @@ def _talker_codes(result: Any) -> Any:
     return SimpleNamespace(sequences=torch.stack(residual, dim=1).transpose(1, 2), scores=result.scores)
 
 
-def run_omni_generate(model: Model, settings: dict[str, Any], cache: str = "dynamic") -> GenerateRun:
+def run_omni_generate(model: Model, settings: dict[str, Any], cache: str = "dynamic", again: bool = True) -> GenerateRun:
     """``generate()`` with ``use_cache`` True and False, as a user calls it (token2wav's noise seeded alike): the talker's
     codes and scores (kept from its own ``generate()``, which returns codes only), the thinker's text, the waveform. A
     static cell's cached call gives the talker ``talker_cache_implementation="static"`` (the ``talker_`` arguments reach
@@ -163,7 +163,7 @@ def run_omni_generate(model: Model, settings: dict[str, Any], cache: str = "dyna
             return replace(run, equal=False, detail="the same codes, but token2wav's waveforms differ")
         return replace(run, output=f"talker {run.output} and waveform")
 
-    return generated_twice(described, call, compare)
+    return generated_twice(described, call, compare, again)
 
 
 @dataclass
@@ -195,12 +195,12 @@ def probe_omni_talker(model: Model, plan: ProbePlan) -> TalkerRun:
     recipe = (f"text input_ids [B, {plan.prompt_length}] through the thinker ({THINKER_TOKENS} greedy tokens), then the "
               f"talker: codec prompt [B, {prompt.shape[1]}] with the thinker's inputs_embeds, one codec id a step plus "
               f"the thinker reply part ({reply} embeddings, the last repeated) as generate() hands it (modeling_qwen2_5_omni.py)")
-    return TalkerRun(run, recipe, _timed_generate(run, model, settings, plan.cache))
+    return TalkerRun(run, recipe, _timed_generate(run, model, settings, plan))
 
 
-def _timed_generate(run: FamilyRun, model: Model, settings: dict[str, Any], cache: str) -> GenerateRun:
+def _timed_generate(run: FamilyRun, model: Model, settings: dict[str, Any], plan: ProbePlan) -> GenerateRun:
     start = time.perf_counter()
-    generated = run_omni_generate(model, settings, cache)
+    generated = run_omni_generate(model, settings, plan.cache, plan.calls)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return generated
 
@@ -222,4 +222,4 @@ def _probe_code_predictor(model: Model, plan: ProbePlan, text: torch.Tensor) -> 
               f"from the talker, 1..{k - 1} from the code predictor's own cache, empty every frame; fed the sum of the "
               f"frame's embeddings plus trailing_text_hidden ({call['trailing_text_hidden'].shape[1]} embeddings), then "
               f"tts_pad_embed (modeling_qwen3_omni_moe.py)")
-    return TalkerRun(replace(run, row_deltas=frames.rows(run)), recipe, _timed_generate(run, model, settings, plan.cache), k, frames.trace)
+    return TalkerRun(replace(run, row_deltas=frames.rows(run)), recipe, _timed_generate(run, model, settings, plan), k, frames.trace)

@@ -112,12 +112,12 @@ def probe_text_to_unit(model: Model, plan: ProbePlan) -> TextToUnitRun:
               f"(the text decoder's last hidden states), attention mask of the non-pad count {kept}, decoder prompt "
               f"{prompt[0].tolist()} ([t2u eos, t2u '{TARGET_LANGUAGE}' id]), one unit id a step (modeling_seamless_m4t.py:3004-3025)")
     start = time.perf_counter()
-    generated = run_text_to_unit_generate(model, settings, plan.cache)
+    generated = run_text_to_unit_generate(model, settings, plan.cache, plan.calls)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return TextToUnitRun(run, encoder_length, calls, recipe, generated)
 
 
-def run_text_to_unit_generate(model: Model, settings: dict[str, Any], cache: str = "dynamic") -> GenerateRun:
+def run_text_to_unit_generate(model: Model, settings: dict[str, Any], cache: str = "dynamic", again: bool = True) -> GenerateRun:
     """``generate()`` with ``use_cache`` True and False, as a user calls it (``use_cache`` reaches both stages,
     modeling_seamless_m4t.py:191-227): the t2u stage's units and scores (kept from its own ``generate()``, whose
     sequences alone the outer one reads), the text and the waveform. A static cell's cached call gives the t2u stage
@@ -149,4 +149,4 @@ def run_text_to_unit_generate(model: Model, settings: dict[str, Any], cache: str
         return replace(run, output=f"t2u units {run.output.removeprefix('codes ')}, text {list(cached.sequences.shape)} and "
                                    f"waveform {list(cached.waveform.shape)}")
 
-    return generated_twice(described, call, compare)
+    return generated_twice(described, call, compare, again)
