@@ -290,6 +290,29 @@ def continuation_refeeds_sequence() -> list[Patch]:
     return [(GenerationMixin, "prepare_inputs_for_generation", prepare)]
 
 
+def assistant_crop_counted_from_its_cache() -> list[Patch]:
+    """After a verification the assistant's cache is cropped by the rejected drafts and the added token counted from its
+    own end (transformers 5.15's ``crop(-(remove_from_pkv + num_added_tokens))``), not down to below the new sequence's
+    last token: after rejected drafts it holds every position of the sequence handed to the assistant next."""
+    from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+    original = AssistedCandidateGenerator._update_past_and_masks
+
+    def update(self: Any, input_ids: torch.Tensor, remove_from_pkv: int = 0, num_added_tokens: int = 1) -> bool:
+        cache = next((self.assistant_kwargs[k] for k in ("cache", "past_key_values") if self.assistant_kwargs.get(k) is not None),
+                     None)
+        if cache is None:
+            return original(self, input_ids, remove_from_pkv, num_added_tokens)
+        cache.crop(-(remove_from_pkv + num_added_tokens))
+        cache.crop = lambda _tokens: None  # the release's own crop, after this one
+        try:
+            return original(self, input_ids, remove_from_pkv, num_added_tokens)
+        finally:
+            del cache.crop
+
+    return [(AssistedCandidateGenerator, "_update_past_and_masks", update)]
+
+
 def cache_config_consumed() -> list[Patch]:
     """``generate(cache_implementation="quantized", cache_config=d)`` pops ``backend`` from the user's own dict
     (no copy), so the next call with the same dict builds another backend."""
@@ -514,6 +537,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "crop_one_short": crop_one_short,
     "crop_skips_verified_drafts": crop_skips_verified_drafts,
     "crop_zero_empties": crop_zero_empties,
+    "assistant_crop_counted_from_its_cache": assistant_crop_counted_from_its_cache,
     "generate_reuses_cache": generate_reuses_cache,
     "cache_config_consumed": cache_config_consumed,
     "continuation_refeeds_sequence": continuation_refeeds_sequence,

@@ -214,6 +214,12 @@ PATH_FAULTS = {
                                    "computed by main-model forward 2 (at position 7, 1 token + 3 drafts; 3 drafts rejected "
                                    "before it; the cache holds 10 tokens before it where the sequence holds 7: the crop "
                                    "before it left +3 columns)", {"assisted"}),
+    # Only the assistant's own cache is cropped wrong (the main model verifies every draft: its tokens and logits stay
+    # greedy's); the model as its own assistant has no rejected drafts to crop.
+    "assistant_crop_counted_from_its_cache": (LLAMA, "dynamic", "sdpa", "assisted",
+                                              "a random assistant of the same architecture: the assistant's cache leaves "
+                                              "the sequence it drafts over: its generate() call 1 (of 5) was handed a "
+                                              "7-token sequence over a cache of 7 tokens", {"assisted"}),
     # generate() reads the same broken window, so the greedy tokens part too (float32 cells run generate), and so do
     # the window crossings, the left-padded batch and the reused prefix, which decode past it too.
     "static_window_no_roll": (MISTRAL, "static", "sdpa", "parity", "first K/V divergence at layer 0",

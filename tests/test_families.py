@@ -6,6 +6,8 @@ from typing import Any
 
 import pytest
 import torch
+import transformers
+from packaging.version import Version
 
 from kvconform.build.models import model_in_dtype
 from kvconform.families import AUDIO_LANGUAGE, SEQ2SEQ, SPEECH_SEQ2SEQ, TEXT_TO_AUDIO, VISION_LANGUAGE, published_checkpoints
@@ -873,8 +875,10 @@ def test_a_checkpoint_folder_is_loaded_with_its_familys_auto_class(family_model,
 @pytest.mark.parametrize("model_type", ["bart", "whisper"])
 def test_assisted_decoding_runs_through_the_encoder_decoder_adapter(family_model, model_type):
     """Whisper-style assisted decoding: the one assisted path with this family's adapter (encoder inputs, a decoder
-    prompt; Whisper gets the encoder input only, as its generate() asks). Healthy: every drafter returns greedy's
-    tokens. With the rejected drafts' decoder K/V left in place after a verification forward, the random assistant
+    prompt; Whisper gets the encoder input only, as its generate() asks). Every drafter returns greedy's tokens; Whisper's
+    passes, BART's assistants are fed their whole decoder sequence again from transformers 5.3 on (no
+    decoder_attention_mask to slice by; Whisper's generate() builds one): found in the assistant's cache, located at
+    the call. With the rejected drafts' decoder K/V left in place after a verification forward, the random assistant
     fails, located at the forward after the crop that kept them."""
     from kvconform.checks import path_checks
     from kvconform.families.encoder_decoder import assisted_inputs
@@ -885,7 +889,14 @@ def test_assisted_decoding_runs_through_the_encoder_decoder_adapter(family_model
     plan = ProbePlan(batch_size=2, prompt_length=6, decode_steps=8, seed=0, locate_tolerance=tolerance)
     record = run_assisted(model, plan, windows=[], inputs_for=assisted_inputs)
     result = path_checks.assisted(record, tolerance)
-    assert result.passed and len(record.prompt) == (1 if model_type == "whisper" else 6), result.message
+    assert len(record.prompt) == (1 if model_type == "whisper" else 6), result.message
+    assert all(run.tokens == record.greedy_tokens for run in record.runs), result.message
+    refed = model_type == "bart" and Version(transformers.__version__) >= Version("5.3")
+    assert result.passed != refed, result.message
+    if refed:  # tools/repros/encoder_decoder_assistant_refeeds_its_decoder_sequence.py
+        assert ("[cache fault] a random assistant of the same architecture: the assistant's cache leaves the sequence it "
+                "drafts over: its generate() call 1 (of 5) returned a 10-token sequence with a cache of 14 tokens") in result.message
+        assert "its tokens and logits equal greedy's" in result.message, result.message
     assert [run.drafter for run in record.runs] == ["self", "random", "prompt_lookup"]
     assert sum(next(run for run in record.runs if run.drafter == "random").rejected) > 0, result.message
     with planted_cache_fault("crop_skips_verified_drafts"):
@@ -994,3 +1005,4 @@ def test_a_family_cell_with_a_router_gets_the_selection_replay_when_parity_fails
     assert replay is not None and replay.selections > 0 and replay.step_max_abs_delta, replay
     message = results["parity"].message
     assert message.startswith("[cache fault]") and "with the uncached selections replayed, max |Δlogit|" in message, message
+

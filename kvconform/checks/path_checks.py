@@ -125,7 +125,9 @@ def assisted(record: AssistedRecord | None, tolerance: Tolerance) -> CheckResult
     details = {"prompt": record.prompt, "greedy_tokens": record.greedy_tokens, "greedy_delta": record.greedy_delta,
                "tolerance": limit, "logit_scale": record.logit_scale,
                "runs": {run.drafter: {"tokens": run.tokens, "step_max_abs_delta": run.step_max_abs_delta,
-                                      "forwards": [[f.start, f.tokens, f.cached] for f in run.forwards], "rejected": run.rejected}
+                                      "forwards": [[f.start, f.tokens, f.cached] for f in run.forwards], "rejected": run.rejected,
+                                      "assistant_calls": [[c.sequence, c.cached_before, c.returned, c.cached_after]
+                                                          for c in run.assistant_calls]}
                         for run in record.runs}}
     windows = f", past windows {record.windows}" if record.windows else ""
     what = (f"greedy generate() of {record.max_new_tokens} tokens after a {len(record.prompt)}-token prompt{windows}, "
@@ -150,10 +152,24 @@ def assisted(record: AssistedRecord | None, tolerance: Tolerance) -> CheckResult
 
 
 def _assisted_run(run: AssistedRun, prompt: int, limit: float, greedy_delta: float) -> tuple[str | None, str | None]:
-    """(problem, note) of one drafter's run."""
+    """(problem, note) of one drafter's run: the main model's logits first, then the assistant's own cache."""
     name = _DRAFTER_NAMES.get(run.drafter, run.drafter)
+    rollback = _assistant_rollback(run)
     if run.error is not None:
-        return f"{name}: generate() raised {run.error}", None
+        before = f"; before it, {rollback}" if rollback else ""
+        return f"{name}: generate() raised {run.error}{before}", None
+    problem, note = _main_logits(run, name, prompt, limit, greedy_delta)
+    if problem is not None:
+        return problem + (f"; and {rollback}" if rollback else ""), note
+    if rollback:
+        tokens = ("its tokens and logits equal greedy's (the main model verifies every draft)" if note is None
+                  else "its tokens part from greedy's where the logits are within the limit")
+        return f"[cache fault] {name}: {rollback}; {tokens}", note
+    return None, note
+
+
+def _main_logits(run: AssistedRun, name: str, prompt: int, limit: float, greedy_delta: float) -> tuple[str | None, str | None]:
+    """(problem, note) of the main model's logits against the uncached reference."""
     over = [k for k, delta in enumerate(run.step_max_abs_delta) if delta > limit]
     part = len(run.step_max_abs_delta) - 1 if run.margin_at_part is not None else None
     if over and run.replay is not None and run.replay.agrees(limit):
@@ -174,6 +190,16 @@ def _assisted_run(run: AssistedRun, prompt: int, limit: float, greedy_delta: flo
         return None, (f"[near tie] {name}: its tokens part from greedy's at generated token {part}, where every logit is "
                       f"within the limit (the uncached top-2 margin there {run.margin_at_part:.3g}): not a cache fault")
     return None, None
+
+
+def _assistant_rollback(run: AssistedRun) -> str | None:
+    """The first assistant ``generate()`` call whose cache leaves the sequence it drafts over, located."""
+    faulty = next(((k, call) for k, call in enumerate(run.assistant_calls) if call.fault), None)
+    if faulty is None:
+        return None
+    k, call = faulty
+    return (f"the assistant's cache leaves the sequence it drafts over: its generate() call {k} (of "
+            f"{len(run.assistant_calls)}) {call.fault}")
 
 
 def _overlong(run: AssistedRun, greedy: list[int], asked: int) -> str | None:

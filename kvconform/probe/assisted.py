@@ -34,7 +34,14 @@ from kvconform.build.models import Model
 from kvconform.build.support import crop_support
 from kvconform.compat import CACHE_KEYWORDS
 from kvconform.matrix import ASSISTED_DRAFTERS
-from kvconform.probe.cache_io import cache_implementation, fixed_length_config, input_device, make_prompt, seq_length
+from kvconform.probe.cache_io import (
+    cache_implementation,
+    fixed_length_config,
+    input_device,
+    make_prompt,
+    returned_cache,
+    seq_length,
+)
 from kvconform.probe.generation import GREEDY_OR_SAMPLING_ONLY
 from kvconform.probe.selections import ReplayError, SelectionReplay, replay_selections
 from kvconform.probe.variants import row_delta
@@ -87,6 +94,33 @@ class Forward:
 
 
 @dataclass
+class AssistantCall:
+    """One ``generate()`` call the candidate generator made of the assistant: the sequence it handed over and the
+    assistant's cache around it (``get_seq_length()``; ``None`` where the call had or returned none)."""
+
+    sequence: int
+    cached_before: int | None
+    returned: int | None = None
+    """The sequence length the call returned (``None``: it raised)."""
+    cached_after: int | None = None
+
+    @property
+    def fault(self) -> str | None:
+        """How the cache around the call leaves the sequence: a cache that holds every position of the sequence it is
+        handed (the next forward feeds the whole sequence again: ``input_ids[:, -0:]``), or more than the sequence the
+        call returns."""
+        if self.cached_before is not None and self.cached_before >= self.sequence:
+            return (f"was handed a {self.sequence}-token sequence over a cache of {self.cached_before} tokens (the crop "
+                    "after the last verification left no position to feed, so its prefill feeds the whole sequence again)")
+        if self.returned is not None and self.cached_after is not None and self.cached_after > self.returned:
+            held = self.cached_before or 0
+            return (f"returned a {self.returned}-token sequence with a cache of {self.cached_after} tokens: its forwards "
+                    f"fed {self.cached_after - held} positions over the {held} cached where {self.returned - 1 - held} were "
+                    "new (a prefill that fed the whole sequence again)")
+        return None
+
+
+@dataclass
 class AssistedRun:
     """One drafter's ``generate()``: its tokens and, per generated token, max |Δlogit| to the uncached reference."""
 
@@ -100,6 +134,8 @@ class AssistedRun:
     error: str | None = None
     replay: SelectionReplay | None = None
     """Set when the run left the reference on a model that selects: the run again with the uncached selections."""
+    assistant_calls: list[AssistantCall] = field(default_factory=list)
+    """The assistant's ``generate()`` calls (none for prompt lookup), its cache around each."""
 
     @property
     def rejected(self) -> list[int]:
@@ -222,6 +258,46 @@ def main_forwards(model: Model) -> Iterator[list[Forward]]:
             del cache.crop
 
 
+@contextmanager
+def assistant_calls(assistant: Model | None, own: bool) -> Iterator[list[AssistantCall]]:
+    """Record the assistant's ``generate()`` calls and its cache around each (none without an assistant: prompt lookup);
+    ``own``: the model drafts for itself, so its calls are the nested ones (its first is the main model's)."""
+    calls: list[AssistantCall] = []
+    if assistant is None:
+        yield calls
+        return
+    depth = [0]
+    previous = assistant.__dict__.get("generate")
+    generate = assistant.generate
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        depth[0] += 1
+        try:
+            if depth[0] != (2 if own else 1):
+                return generate(*args, **kwargs)
+            ids = kwargs.get("decoder_input_ids", kwargs.get("input_ids"))
+            cache = next((kwargs[k] for k in CACHE_KEYWORDS if kwargs.get(k) is not None), None)
+            call = AssistantCall(ids.shape[-1] if isinstance(ids, torch.Tensor) else -1,
+                                 seq_length(cache) if cache is not None else None)
+            calls.append(call)
+            out = generate(*args, **kwargs)
+            sequences, cache = getattr(out, "sequences", None), returned_cache(out)
+            call.returned = sequences.shape[-1] if isinstance(sequences, torch.Tensor) else None
+            call.cached_after = seq_length(cache) if cache is not None else None
+            return out
+        finally:
+            depth[0] -= 1
+
+    assistant.generate = recorded
+    try:
+        yield calls
+    finally:
+        if previous is None:
+            del assistant.generate
+        else:
+            assistant.generate = previous
+
+
 #: Up to 5.2 the candidate generator refuses the MinLengthLogitsProcessor that min_new_tokens builds (candidate_generator.py;
 #: 5.3 drops it from the drafts instead), in these words.
 MIN_LENGTH_REFUSED = "Passing `MinLengthLogitsProcessor` when using `assisted_generation is disabled"
@@ -339,14 +415,17 @@ def _assisted(model: Model, plan: Any, drafters: tuple[str, ...], other_attentio
     for drafter in drafters:
         try:
             run = _run(model, plan, drafter, inputs, new, reference, record.greedy_tokens, positioned, stop)
-        except Exception as exc:  # noqa: BLE001 - a crash of one drafter fails this check, with its words
-            # transformers' own refusal, in its words (a ValueError; MiniMaxCache.crop's is a RuntimeError)
-            if isinstance(exc, (ValueError, RuntimeError)) and any(refusal in str(exc) for refusal in REFUSALS):
-                record.not_applicable = f"generate() refuses: {exc}"[:500]
-                return record
+        except _Refused as refused:
+            record.not_applicable = f"generate() refuses: {refused.args[0]}"[:500]
+            return record
+        except Exception as exc:  # noqa: BLE001 - a crash of one drafter (its assistant's build) fails this check
             run = AssistedRun(drafter, [], [], error=f"{type(exc).__name__}: {exc}"[:500])
         record.runs.append(run)
     return record
+
+
+class _Refused(Exception):
+    """generate() refuses this path (one of ``REFUSALS``)."""
 
 
 def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int, reference: torch.Tensor,
@@ -354,10 +433,17 @@ def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int
     extra, assistant = _drafter_kwargs(model, drafter, plan.seed)
     prompt = inputs.prompt
 
+    calls: list[AssistantCall] = []
+
     def once() -> tuple[list[int], list[torch.Tensor], list[Forward]]:
+        calls.clear()
         with main_forwards(model) as forwards, drafting(assistant if assistant is not None else model):
-            out = model.generate(**inputs.kwargs, **({"assistant_model": assistant} if assistant is not None else {}),
-                                 generation_config=_config(model, plan.cache, new, **{**inputs.config, **extra, **stop}))
+            with assistant_calls(assistant, own=assistant is model) as made:
+                try:
+                    out = model.generate(**inputs.kwargs, **({"assistant_model": assistant} if assistant is not None else {}),
+                                         generation_config=_config(model, plan.cache, new, **{**inputs.config, **extra, **stop}))
+                finally:
+                    calls.extend(made)
         return out.sequences[0, prompt.shape[1] :].tolist(), list(out.logits), forwards
 
     def deltas(tokens: list[int], logits: list[torch.Tensor]) -> list[float]:
@@ -365,8 +451,14 @@ def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int
         # A run longer than greedy's (drafts past max_new_tokens) has no reference for its extra tokens: the check says so.
         return [float(row_delta(logits[k], reference[k : k + 1])[0]) for k in range(min(part + 1, len(logits), len(reference)))]
 
-    tokens, logits, forwards = once()
-    run = AssistedRun(drafter, tokens, deltas(tokens, logits), forwards)
+    try:
+        tokens, logits, forwards = once()
+    except Exception as exc:
+        # transformers' own refusal, in its words (a ValueError; MiniMaxCache.crop's is a RuntimeError)
+        if isinstance(exc, (ValueError, RuntimeError)) and any(refusal in str(exc) for refusal in REFUSALS):
+            raise _Refused(exc) from exc
+        return AssistedRun(drafter, [], [], error=f"{type(exc).__name__}: {exc}"[:500], assistant_calls=list(calls))
+    run = AssistedRun(drafter, tokens, deltas(tokens, logits), forwards, assistant_calls=list(calls))
     part = next((k for k, (a, b) in enumerate(zip(tokens, greedy, strict=False)) if a != b), None)
     if part is not None:
         top = reference[part].float().topk(2).values
