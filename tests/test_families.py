@@ -1006,3 +1006,27 @@ def test_a_family_cell_with_a_router_gets_the_selection_replay_when_parity_fails
     message = results["parity"].message
     assert message.startswith("[cache fault]") and "with the uncached selections replayed, max |Δlogit|" in message, message
 
+
+def test_molmo2s_image_is_laid_out_and_marked_as_its_processor_writes_it():
+    """Molmo2's cells hold an image as Molmo2Processor.replace_image_token writes it for the image processor's grid (the
+    low-resolution crop without columns, as the published processor_config.json, then the high-resolution rows each
+    closed by <im_col>), and mm_token_type_ids marks every one of those ids, as create_mm_token_type_ids does with the
+    processor's image_token_ids; text around it stays 0."""
+    import re
+    from types import SimpleNamespace
+
+    from kvconform.families.inputs import image_inputs
+    from kvconform.families.registry import image_layout
+
+    processing = pytest.importorskip("transformers.models.molmo2.processing_molmo2", reason="a release without Molmo2")
+    model = build_family(shrink_family_config("molmo2", VISION_LANGUAGE), VISION_LANGUAGE, seed=0)
+    media = image_inputs(model, 1, 0)
+    config = model.config
+    settings = SimpleNamespace(image_use_col_tokens=True, use_single_crop_col_tokens=False, use_single_crop_start_token=True)
+    written = re.findall(r"<[^>]+>", processing.Molmo2Processor.replace_image_token(settings, {"image_grids": media.tensors["image_grids"]}, 0))
+    ids = {"<im_start>": config.image_start_token_id, "<im_end>": config.image_end_token_id, "<im_patch>": config.image_patch_id,
+           "<low_res_im_start>": config.low_res_image_start_token_id, "<im_col>": image_layout("molmo2")["image_column_token_id"]}
+    assert media.layout is not None and media.layout.ids == [ids[name] for name in written], written
+    assert written.count("<im_patch>") == media.tokens_per_row and "<im_col>" in written
+    prompt = torch.tensor([[5, *media.layout.ids, 6]])
+    assert media.for_sequence(model, prompt)["mm_token_type_ids"].tolist() == [[0, *[1] * len(written), 0]]

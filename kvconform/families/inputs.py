@@ -18,6 +18,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.families.decoders import image_cross_attention
+from kvconform.families.image_layouts import ImageLayout, processor_layout
 from kvconform.families.processors import NoImageProcessor, processed_images, video_processor_class
 from kvconform.families.registry import image_placeholders
 
@@ -86,11 +87,27 @@ class MediaInputs:
 
     attends: bool = True
     """False for the blank image a text-only prompt carries where the forward needs one (IDEFICS): no position attends it."""
+    layout: ImageLayout | None = None
+    """The processor's ids for one image where they are more than placeholders between delimiters (Molmo2)."""
+
+    def row(self, before: list[int], after: list[int]) -> list[int]:
+        """One item's ids in a prompt: the processor's layout, else the placeholders between ``before`` and ``after``."""
+        if self.layout is not None:
+            return list(self.layout.ids)
+        return [*before, *([self.token_id] * self.tokens_per_row if self.token_id is not None else []), *after]
+
+    def closing(self, after: list[int]) -> list[int]:
+        """The ids the processor writes after an item's last placeholder."""
+        if self.layout is None:
+            return after
+        last = max(k for k, i in enumerate(self.layout.ids) if i == self.token_id)
+        return self.layout.ids[last + 1 :]
 
     def for_sequence(self, model: Model, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
         """The image inputs plus what the sequence needs beside them (modality ids for multimodal rotary positions)."""
         extra = {}
-        marks = torch.eq(input_ids, self.token_id if self.token_id is not None else -1).int()  # no placeholder: none marked
+        marked = sorted(self.layout.marked) if self.layout is not None else [self.token_id if self.token_id is not None else -1]
+        marks = torch.isin(input_ids, torch.tensor(marked, device=input_ids.device)).int()  # no placeholder: none marked
         if _accepts(model, "mm_token_type_ids"):
             extra["mm_token_type_ids"] = marks
         if _accepts(model, "image_embeds_position_mask"):  # Kosmos-2 marks the image's positions, not its ids
@@ -195,7 +212,9 @@ def image_inputs(model: Model, batch: int, seed: int) -> MediaInputs:
         images = int(tensors["pixel_values"].shape[1])
         return MediaInputs(tensors, image_token_id(model.config), images,
                            f"{recipe}, [B, {images}, C, H, W] per prompt, read by cross-attention over image_attention_mask")
-    return MediaInputs(tensors, image_token_id(model.config, video_only(model)), count_features(model, tensors) // batch, recipe)
+    layout = processor_layout(model.config, tensors)
+    return MediaInputs(tensors, image_token_id(model.config, video_only(model)), count_features(model, tensors) // batch, recipe,
+                       layout=layout)
 
 
 #: Tokens of the instruction InstructBLIP's processor also gives its Q-Former (``qformer_input_ids``).

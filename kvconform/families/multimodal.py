@@ -254,6 +254,7 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     _forget_rope_deltas(model)
     probe = media(model, plan.batch_size, plan.seed)  # before the text: its placeholder id is no text id
     forbidden = special_token_ids(model.config) | ({probe.token_id} if probe.token_id is not None else set())
+    forbidden |= set(probe.layout.ids) if probe.layout is not None else set()  # the processor's own ids (Molmo2's columns)
     vocab = model.config.get_text_config(decoder=True).vocab_size
     device = next(p.device for p in model.parameters())
     text = text_ids(plan.batch_size, plan.prompt_length, plan.seed, vocab, forbidden).to(device)
@@ -269,7 +270,8 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     crossed = plan.window and bool(windows_of(cache_geometry(model.config)))  # a cache the text_only check skips: its window
     text_only = (drive(model, replace(without_paths(plan), window=plan.window), _driver(model, text, blank, forbidden))
                  if checked or crossed else None)
-    row = [*before, *[probe.token_id] * probe.tokens_per_row, *after]
+    row = probe.row(before, after)
+    after = probe.closing(after)
     placeholders = torch.tensor([row] * plan.batch_size, dtype=text.dtype, device=device)
     prompt = torch.cat([text[:, :TEXT_BEFORE_MEDIA], placeholders, text[:, TEXT_BEFORE_MEDIA:]], dim=1)
     prompt, as_given = _decoder_prompt(model, prompt)
@@ -287,6 +289,10 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
     recipe = (f"{probe.recipe}, {probe.tokens_per_row} {noun} tokens at positions "
               f"{first}-{first + probe.tokens_per_row - 1} of a {prompt.shape[1]}-token prompt{wrapped}" if probe.tokens_per_row
               else f"{probe.recipe}, a {prompt.shape[1]}-token prompt")
+    if probe.layout is not None:
+        recipe = (f"{probe.recipe}, {probe.tokens_per_row} {noun} tokens in the processor's {len(row)} ids for it (crop starts, "
+                  f"row ends, columns: {sorted(set(row) - {probe.token_id})}) at positions {TEXT_BEFORE_MEDIA}-"
+                  f"{TEXT_BEFORE_MEDIA + len(row) - 1} of a {prompt.shape[1]}-token prompt, mm_token_type_ids marking them all")
     other = media(model, plan.batch_size, plan.seed + 1)
 
     text_model = inner_language_model(model) or model
@@ -323,7 +329,7 @@ def probe_multimodal(model: Model, plan: ProbePlan, media: Callable[[Model, int,
         item = media(model, 1, plan.seed)
         half = text_ids(1, (length + 1) // 2, plan.seed, vocab, forbidden)
         body = torch.cat([half, half], dim=1)[:, :length].to(device)
-        placed = torch.tensor([[*before, *[item.token_id] * item.tokens_per_row, *after]], dtype=body.dtype, device=device)
+        placed = torch.tensor([item.row(before, after)], dtype=body.dtype, device=device)
         one, as_given_one = _decoder_prompt(model, torch.cat([body[:, :TEXT_BEFORE_MEDIA], placed, body[:, TEXT_BEFORE_MEDIA:]], dim=1))
         ids = as_given_one(one)
 

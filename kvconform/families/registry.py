@@ -80,6 +80,11 @@ def image_placeholders(model_type: str) -> dict[str, Any]:
     return dict((family_table().get("image_placeholders") or {}).get(model_type) or {})
 
 
+def image_layout(model_type: str) -> dict[str, Any]:
+    """The ids a type's processor writes around an image that its config does not name (``image_layout``), else {}."""
+    return dict((family_table().get("image_layout") or {}).get(model_type) or {})
+
+
 def decoder_prompt(model_type: str) -> dict[str, str]:
     """How the type's own generate() rewrites a vision-language prompt (``families.yaml``'s ``decoder_prompt``), else {}."""
     return dict((family_table().get("decoder_prompt") or {}).get(model_type) or {})
