@@ -155,7 +155,8 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
     record, inputs, assisted = probe.record, probe.generate_inputs, probe.assisted_inputs
     # an encoder-decoder's windows are its decoder's; a decoder-only model's, its cache geometry's (run_assisted's own)
     windows = windows_of(self_attention_geometry(model.config)[0]) if cell.spec.family in ENCODER_DECODER else None
-    runs = {"generate": lambda: run_generate(model, inputs, plan.decode_steps, plan.cache, keep_logits=plan.calls),
+    runs = {"generate": lambda: run_generate(model, inputs, plan.decode_steps, plan.cache,
+                                             keep_logits=plan.calls or plan.chunked_prefill),
             "beam": lambda: run_beam(model, plan, inputs),
             "assisted": lambda: run_assisted(model, plan, windows=windows, inputs_for=assisted)}
     for name, run in runs.items():
@@ -181,18 +182,18 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
         generated = record.generate if record.generate is not None and record.generate.error is None else None
         record.calls = run_calls(model, plan, generated, inputs)
         record.timings["calls_s"] = time.perf_counter() - start
-        if generated is not None:
-            generated.cached_logits = None  # used: the record outlives the cell
     chunked = record.chunked
     if chunked is not None and chunked.steps and plan.cache == "dynamic" and plan.generate and inputs is not None:  # the path users run
         from kvconform.probe.chunked import run_chunked_generate
+        from kvconform.probe.decode import plain_run
 
         start = time.perf_counter()
-        plain = record.generate.cached_tokens if record.generate is not None and record.generate.error is None else None
         # An encoder-decoder's chunked generate() takes its encoder batch padded, as a tokenizer pads it (its own plain run).
-        given, plain = (inputs.padded, None) if inputs.padded is not None else (inputs, plain)
+        given, plain = (inputs.padded, None) if inputs.padded is not None else (inputs, plain_run(record.generate))
         chunked.generate = run_chunked_generate(model, given, plan.decode_steps, chunked.chunk_size, plain)
         record.timings["chunked_generate_s"] = time.perf_counter() - start
+    if record.generate is not None:
+        record.generate.cached_logits = None  # used: the record outlives the cell
 
 
 def _already_placed(master: Any, cell: Cell) -> bool:

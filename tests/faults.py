@@ -313,6 +313,30 @@ def assistant_crop_counted_from_its_cache() -> list[Patch]:
     return [(AssistedCandidateGenerator, "_update_past_and_masks", update)]
 
 
+def chunked_prefill_rounds_keys() -> list[Patch]:
+    """``generate(prefill_chunk_size=...)`` stores its chunks' keys rounded to bfloat16 (a cast left in the chunked
+    branch): the logits move a little, the greedy tokens of a tiny model hold; generate() without chunks and the
+    hand-driven chunks are untouched."""
+    from transformers.generation.utils import GenerationMixin
+
+    prefill, update = GenerationMixin._prefill, DynamicLayer.update
+    chunking = [False]
+
+    def chunked(self: Any, input_ids: torch.Tensor, generation_config: Any, *args: Any, **kwargs: Any) -> Any:
+        chunking[0] = generation_config.prefill_chunk_size is not None
+        try:
+            return prefill(self, input_ids, generation_config, *args, **kwargs)
+        finally:
+            chunking[0] = False
+
+    def rounded(self: Any, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        if chunking[0]:
+            key_states = key_states.to(torch.bfloat16).to(key_states.dtype)
+        return update(self, key_states, value_states, *args, **kwargs)
+
+    return [(GenerationMixin, "_prefill", chunked), (DynamicLayer, "update", rounded)]
+
+
 def cache_config_consumed() -> list[Patch]:
     """``generate(cache_implementation="quantized", cache_config=d)`` pops ``backend`` from the user's own dict
     (no copy), so the next call with the same dict builds another backend."""
@@ -537,6 +561,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "crop_one_short": crop_one_short,
     "crop_skips_verified_drafts": crop_skips_verified_drafts,
     "crop_zero_empties": crop_zero_empties,
+    "chunked_prefill_rounds_keys": chunked_prefill_rounds_keys,
     "assistant_crop_counted_from_its_cache": assistant_crop_counted_from_its_cache,
     "generate_reuses_cache": generate_reuses_cache,
     "cache_config_consumed": cache_config_consumed,

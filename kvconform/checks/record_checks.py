@@ -589,7 +589,7 @@ def chunked_prefill(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGe
     problems = _chunk_problems(chunked, record, geometry, limit)
     figure = Figure(worst, limit, "logit")
     rescued = bool(problems) and chunked.replay is not None and chunked.replay.agrees(limit) and not (
-        chunked.replayed_states is not None and chunked.replayed_states.differing) and not _generate_problem(chunked)
+        chunked.replayed_states is not None and chunked.replayed_states.differing) and not _generate_problem(chunked, limit)
     if rescued and chunked.replay is not None:
         note = (f"[near-tie selections] not a cache fault: {chunked.replay.describe(limit)}; without the replay: "
                 + "; ".join(problems))
@@ -612,7 +612,8 @@ def chunked_prefill(record: ProbeRecord, tolerance: Tolerance, geometry: CacheGe
     gen = chunked.generate
     if gen is not None:
         message += (f"; generate(prefill_chunk_size={chunked.chunk_size}): {gen.not_applicable}" if gen.not_applicable else
-                    f"; generate(prefill_chunk_size={chunked.chunk_size}) picks the plain generate()'s {len(gen.plain_tokens[0])} tokens")
+                    f"; generate(prefill_chunk_size={chunked.chunk_size}) picks the plain generate()'s {len(gen.plain_tokens[0])} tokens"
+                    + (f", logits within {max(gen.step_max_abs_delta):.2e}" if gen.step_max_abs_delta else ""))
     return CheckResult("chunked_prefill", True, f"{worst:.2e}", f"{limit:.2e}", message, details, figure)
 
 
@@ -650,23 +651,28 @@ def _chunk_problems(chunked: Any, record: ProbeRecord, geometry: CacheGeometry, 
         if problem:
             problems.append(f"after the last chunk, layer {layer.index} ({state.layer_class}; {layer.reason}): {problem.text}")
             break
-    generated = _generate_problem(chunked)
+    generated = _generate_problem(chunked, limit)
     return problems + ([generated] if generated else [])
 
 
-def _generate_problem(chunked: Any) -> str | None:
+def _generate_problem(chunked: Any, limit: float) -> str | None:
+    """Where ``generate(prefill_chunk_size=...)`` leaves the plain cached generate(): its tokens, else its logits."""
     gen = chunked.generate
     if gen is None or gen.not_applicable:
         return None
     call = f"generate(prefill_chunk_size={chunked.chunk_size})"
     if gen.error is not None:
         return f"{call} raised {gen.error}"
+    over = [k for k, delta in enumerate(gen.step_max_abs_delta) if delta > limit]
+    logits = (f"its logits leave the plain call's from generated token {over[0]} (|Δ| {gen.step_max_abs_delta[over[0]]:.3g} > "
+              f"limit {limit:.3g}; per-token max |Δ|: " + ", ".join(f"{d:.2e}" for d in gen.step_max_abs_delta) + ")") if over else ""
     if gen.first_divergence is None:
-        return None
+        return f"{call}'s greedy tokens equal the plain cached generate()'s, but {logits}" if over else None
     k = gen.first_divergence
     rows = [r for r, (a, b) in enumerate(zip(gen.chunked_tokens, gen.plain_tokens, strict=True)) if a[k] != b[k]]
     return (f"{call}'s greedy tokens part from the plain cached generate()'s at generated token {k} (rows {rows}: "
-            f"{[gen.chunked_tokens[r][k] for r in rows]} vs {[gen.plain_tokens[r][k] for r in rows]})")
+            f"{[gen.chunked_tokens[r][k] for r in rows]} vs {[gen.plain_tokens[r][k] for r in rows]})"
+            + (f"; {logits}" if over else ""))
 
 
 def _against(prompt: int, windows: list[int]) -> str:

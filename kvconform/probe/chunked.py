@@ -75,6 +75,9 @@ class ChunkedGenerate:
     error: str | None = None
     not_applicable: str | None = None
     """transformers refuses chunked prefill for the model (its words)."""
+    step_max_abs_delta: list[float] = field(default_factory=list)
+    """Per generated token up to the first that parts (or all), max |Δlogit| of the chunked call against the plain one
+    (``output_logits``): a chunked prefill that moves the logits without flipping a token shows here."""
 
 
 @dataclass
@@ -152,31 +155,35 @@ def _first_boundary(forwards: Forwards, kind: str, total: int, prompt: torch.Ten
 
 @torch.inference_mode()
 def run_chunked_generate(model: Model, inputs: GenerateInputs, steps: int, size: int,
-                         plain: list[list[int]] | None) -> ChunkedGenerate:
+                         plain: tuple[list[list[int]], torch.Tensor] | None) -> ChunkedGenerate:
     """Greedy ``generate(prefill_chunk_size=size)`` on the cell's prompt (``inputs``: the family's, with its media or
-    encoder input) against ``plain`` (the plain cached generate's tokens; run here when the cell's own generate() did
-    not return them)."""
+    encoder input) against ``plain``: the plain cached generate's tokens and raw logits ``[steps, B, V]`` (run here when
+    the cell's own generate() did not return them)."""
 
-    def greedy(chunk: int | None) -> list[list[int]]:
+    def greedy(chunk: int | None) -> tuple[list[list[int]], torch.Tensor]:
         # The sequences of a GenerateOutput, as the generate check reads them: without return_dict_in_generate,
         # Whisper's generate() returns its segments' tokens, the decoder start token dropped (generation_whisper.py),
         # so slicing off the prompt lost the first generated token.
-        config = fixed_length_config(model, steps, prefill_chunk_size=chunk, return_dict_in_generate=True, **inputs.config)
-        return model.generate(**inputs.kwargs, generation_config=config).sequences[:, inputs.prompt_length :].tolist()
+        config = fixed_length_config(model, steps, prefill_chunk_size=chunk, return_dict_in_generate=True, output_logits=True,
+                                     **inputs.config)
+        out = model.generate(**inputs.kwargs, generation_config=config)
+        return out.sequences[:, inputs.prompt_length :].tolist(), torch.stack(out.logits)
 
     try:
-        chunked = greedy(size)
+        chunked, chunked_logits = greedy(size)
     except Exception as exc:  # noqa: BLE001 - a crash of generate() fails this path's check only
         text = _described(exc)
         if any(refusal in text for refusal in REFUSALS):
             return ChunkedGenerate([], [], None, not_applicable=f"generate() refuses it: {text}")
         return ChunkedGenerate([], [], None, error=text)
     try:
-        plain = plain if plain is not None else greedy(None)
+        plain_tokens, plain_logits = plain if plain is not None else greedy(None)
     except Exception as exc:  # noqa: BLE001 - the plain generate() of the comparison crashed (the cell's generate check says so too)
         return ChunkedGenerate(chunked, [], None, error=f"the plain generate() to compare with raised {_described(exc)}")
-    differs = [k for k in range(len(chunked[0])) if any(a[k] != b[k] for a, b in zip(chunked, plain, strict=True))]
-    return ChunkedGenerate(chunked, plain, differs[0] if differs else None)
+    differs = [k for k in range(len(chunked[0])) if any(a[k] != b[k] for a, b in zip(chunked, plain_tokens, strict=True))]
+    compared = min(differs[0] + 1 if differs else len(chunked[0]), len(chunked_logits), len(plain_logits))
+    deltas = [float((chunked_logits[k].float() - plain_logits[k].float()).nan_to_num(0.0).abs().max()) for k in range(compared)]
+    return ChunkedGenerate(chunked, plain_tokens, differs[0] if differs else None, step_max_abs_delta=deltas)
 
 
 def _described(exc: BaseException) -> str:

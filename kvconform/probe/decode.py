@@ -355,12 +355,13 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     generate = None
     if plan.generate:
         start = time.perf_counter()
-        generate = run_generate(model, GenerateInputs.of_ids(prompt), plan.decode_steps, plan.cache, keep_logits=plan.calls)
+        generate = run_generate(model, GenerateInputs.of_ids(prompt), plan.decode_steps, plan.cache,
+                                keep_logits=plan.calls or plan.chunked_prefill)
         timings["generate_s"] = time.perf_counter() - start
     # The path users run, with generate()'s own cache; one of generate()'s token paths, so only where those run.
     if chunked is not None and chunked.steps and plan.cache == "dynamic" and plan.generate:
         start = time.perf_counter()
-        plain = generate.cached_tokens if generate is not None and generate.error is None else None
+        plain = plain_run(generate)
         chunked.generate = run_chunked_generate(model, GenerateInputs.of_ids(prompt), plan.decode_steps, chunked.chunk_size, plain)
         timings["chunked_generate_s"] = time.perf_counter() - start
     calls = None
@@ -368,9 +369,9 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         start = time.perf_counter()
         calls = run_calls(model, plan, generate if generate is not None and generate.error is None else None)
         timings["calls_s"] = time.perf_counter() - start
-        if generate is not None:
-            generate.cached_logits = None  # used: the record outlives the cell
 
+    if generate is not None:
+        generate.cached_logits = None  # used: the record outlives the cell
     return ProbeRecord(
         plan=plan,
         dtype=dtype,
@@ -587,6 +588,13 @@ def _kv_pairs(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: tor
             ref_keys, ref_values = ref_keys[..., total - keep :, :], ref_values[..., total - keep :, :]
         pairs.append((keys, decoded.values, ref_keys, ref_values))
     return pairs
+
+
+def plain_run(generate: GenerateRecord | None) -> tuple[list[list[int]], torch.Tensor] | None:
+    """The cell's plain cached generate(): its tokens and raw logits, where it ran and kept them."""
+    if generate is None or generate.error is not None or generate.cached_logits is None:
+        return None
+    return generate.cached_tokens, generate.cached_logits
 
 
 def run_generate(model: Model, inputs: GenerateInputs, steps: int, cache: str = "dynamic", keep_logits: bool = False) -> GenerateRecord:
