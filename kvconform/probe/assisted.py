@@ -99,6 +99,7 @@ class AssistantCall:
     assistant's cache around it (``get_seq_length()``; ``None`` where the call had or returned none)."""
 
     sequence: int
+    """The length of the ids handed over (-1: the call was handed none, an embeddings prompt)."""
     cached_before: int | None
     returned: int | None = None
     """The sequence length the call returned (``None``: it raised)."""
@@ -109,7 +110,7 @@ class AssistantCall:
         """How the cache around the call leaves the sequence: a cache that holds every position of the sequence it is
         handed (the next forward feeds the whole sequence again: ``input_ids[:, -0:]``), or more than the sequence the
         call returns."""
-        if self.cached_before is not None and self.cached_before >= self.sequence:
+        if self.cached_before is not None and 0 <= self.sequence <= self.cached_before:
             return (f"was handed a {self.sequence}-token sequence over a cache of {self.cached_before} tokens (the crop "
                     "after the last verification left no position to feed, so its prefill feeds the whole sequence again)")
         if self.returned is not None and self.cached_after is not None and self.cached_after > self.returned:
