@@ -148,7 +148,7 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
     from kvconform.families import ENCODER_DECODER
     from kvconform.families.geometry import self_attention_geometry
     from kvconform.probe.assisted import run_assisted
-    from kvconform.probe.decode import run_generate
+    from kvconform.probe.decode import keeps_generate_logits, run_generate
     from kvconform.probe.generation import run_beam
     from kvconform.probe.window import windows_of
 
@@ -156,7 +156,7 @@ def _family_paths(model: Any, plan: ProbePlan, cell: Cell, probe: Any) -> None:
     # an encoder-decoder's windows are its decoder's; a decoder-only model's, its cache geometry's (run_assisted's own)
     windows = windows_of(self_attention_geometry(model.config)[0]) if cell.spec.family in ENCODER_DECODER else None
     runs = {"generate": lambda: run_generate(model, inputs, plan.decode_steps, plan.cache,
-                                             keep_logits=plan.calls or plan.chunked_prefill),
+                                             keep_logits=keeps_generate_logits(plan)),
             "beam": lambda: run_beam(model, plan, inputs),
             "assisted": lambda: run_assisted(model, plan, windows=windows, inputs_for=assisted)}
     for name, run in runs.items():

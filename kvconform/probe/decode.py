@@ -97,6 +97,12 @@ class ProbePlan:
         return "prefill" if step == 0 and self.cropped_to is None else f"{self.step_name} {step}"
 
 
+def keeps_generate_logits(plan: ProbePlan) -> bool:
+    """Whether the plain cached generate()'s logits are read after it: by the calls (between_calls) or by the chunked
+    generate(), which runs on dynamic cells only."""
+    return plan.calls or (plan.chunked_prefill and plan.cache == "dynamic")
+
+
 def without_paths(plan: ProbePlan) -> ProbePlan:
     """``plan`` with every extra cache path off (a second record of the same cell: the text-only prompt)."""
     return replace(plan, ragged=False, prefix_reuse=False, crop=False, reorder=False, window=False, chunked_prefill=False,
@@ -356,7 +362,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     if plan.generate:
         start = time.perf_counter()
         generate = run_generate(model, GenerateInputs.of_ids(prompt), plan.decode_steps, plan.cache,
-                                keep_logits=plan.calls or plan.chunked_prefill)
+                                keep_logits=keeps_generate_logits(plan))
         timings["generate_s"] = time.perf_counter() - start
     # The path users run, with generate()'s own cache; one of generate()'s token paths, so only where those run.
     if chunked is not None and chunked.steps and plan.cache == "dynamic" and plan.generate:
