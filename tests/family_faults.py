@@ -27,8 +27,8 @@
   leaves the cross-attention half's where they were (each row then reads another row's encoder K/V);
 - ``left_pads_attended``: LLaVA's ``prepare_inputs_for_generation`` hands the forward an all-ones attention mask, so a
   left-padded prompt's pad columns are attended (a prompt without padding is unchanged);
-- ``decode_steps_drop_the_encoder_mask``: T5's and Speech2Text's decoders, on a one-position forward (a decode step),
-  read the encoder output without its attention mask, so a padded encoder row's decode steps attend to its pad positions
+- ``decode_steps_drop_the_encoder_mask``: T5's, Speech2Text's, MusicGen's and Dia's decoders, on a one-position forward
+  (a decode step), read the encoder output without its attention mask, so a padded encoder row's decode steps attend to its pad positions
   (a forward over several decoder positions, the prefill, keeps the mask);
 - ``chunk_features_reversed``: generate()'s chunked prefill hands each chunk the pre-encoded image features of its
   placeholders in reverse order (``_slice_mm_encoder_output`` given the rows backwards), so a chunk that holds part of
@@ -391,6 +391,8 @@ def _left_pads_attended() -> list[Patch]:
 
 
 def _decode_steps_drop_the_encoder_mask() -> list[Patch]:
+    from transformers.models.dia.modeling_dia import DiaDecoder
+    from transformers.models.musicgen.modeling_musicgen import MusicgenDecoder
     from transformers.models.speech_to_text.modeling_speech_to_text import Speech2TextDecoder
     from transformers.models.t5.modeling_t5 import T5Stack
 
@@ -404,8 +406,7 @@ def _decode_steps_drop_the_encoder_mask() -> list[Patch]:
 
         return forward
 
-    return [(T5Stack, "forward", unmasked(T5Stack.forward)),
-            (Speech2TextDecoder, "forward", unmasked(Speech2TextDecoder.forward))]
+    return [(decoder, "forward", unmasked(decoder.forward)) for decoder in (T5Stack, Speech2TextDecoder, MusicgenDecoder, DiaDecoder)]
 
 
 def _chunk_features_reversed() -> list[Patch]:

@@ -504,7 +504,7 @@ def path_check(record: ProbeRecord, name: str, tolerance: Tolerance, geometry: C
     seen = expected[-1]
     sized = replace(record, max_cache_len=path.max_cache_len) if path.max_cache_len is not None else record
     for layer, state in zip(geometry.layers, path.final_layers, strict=False):
-        problem = _layer_shape_problem(layer, state, record.plan.batch_size, seen, sized)
+        problem = _layer_shape_problem(layer, state, path.batch or record.plan.batch_size, seen, sized)
         if problem:
             problems.append(f"after the last step, layer {layer.index} ({layer.reason}): {problem.text}")
             break

@@ -26,6 +26,9 @@ CAUSAL = (CAUSAL_LM,)
 #: The families whose generate() paths (greedy with and without the cache, beam search) run through the one probe code,
 #: given each family's prompt (``probe.generate_inputs``); codebook decoders' generate() is their own check.
 GENERATE_PATHS = (CAUSAL_LM, *MULTIMODAL, *ENCODER_DECODER)
+#: The families whose prompts run as a padded batch: the generate() paths' and codebook decoders' (a text conditioning
+#: their processors pad: ``families/codebook_ragged.py``).
+RAGGED_PATHS = (*GENERATE_PATHS, TEXT_TO_AUDIO)
 #: The families whose cache paths (crop, reorder, prefix reuse, window crossings) run through the one probe code, given
 #: each family's forwards (``probe.forwards``): an image or encoder output at the prefill, both halves of an
 #: encoder-decoder cache, a codebook decoder's code rows (positions fed again as its decode fed them: the frames it chose).
@@ -102,7 +105,7 @@ CHECK_TABLE: tuple[CheckInfo, ...] = (
     # Family cells through generate(): a vision- or audio-language prompt batched with shorter texts after the media
     # (left-padded), an encoder-decoder's text input batched with a shorter row (right-padded, as its tokenizer pads).
     CheckInfo("ragged", "a padded batch: each row matches its own unpadded uncached pass", enabled_by="ragged",
-              caches=FULL_PRECISION, attention="default", families=GENERATE_PATHS, reuse_path=True),
+              caches=FULL_PRECISION, attention="default", families=RAGGED_PATHS, reuse_path=True),
     CheckInfo("prefix_reuse", "a copied prefix cache, extended and decoded, matches a fresh run", enabled_by="prefix_reuse",
               caches=FULL_PRECISION, attention="default", families=CACHE_PATHS, reuse_path=True),
     CheckInfo("crop", "a prefilled cache cropped back 3 tokens and decoded again matches a fresh run", enabled_by="crop",

@@ -174,16 +174,22 @@ def static_support(model: Model) -> str | None:
                               f"static codebook cells: {', '.join(sorted(STATIC_CODEBOOK_TYPES))})")
 
 
+def generate_settings(model: Model, new_tokens: int, settings: dict[str, Any] | None = None, cache: str = "dynamic") -> dict[str, Any]:
+    """The cell's greedy ``generate()`` arguments: the model's own greedy settings and published guidance, ``settings``
+    (the model's own), and a static cell's ``cache_implementation``."""
+    guidance = GUIDANCE_SCALE.get(model.config.model_type)
+    return {"do_sample": False, "max_new_tokens": new_tokens, **GREEDY_SETTINGS.get(model.config.model_type, {}),
+            **({"guidance_scale": guidance} if guidance else {}), **(settings or {}),
+            **({"cache_implementation": "static"} if cache == "static" else {})}
+
+
 def run_generate(model: Model, text: torch.Tensor, new_tokens: int, inputs: dict[str, torch.Tensor] | None = None,
                  settings: dict[str, Any] | None = None, cache: str = "dynamic", again: bool = True) -> GenerateRun:
     """Greedy ``generate()`` on the text prompt (and ``inputs``, the audio a prompt holds) with ``use_cache`` True and
     False, as a user calls it; ``settings`` are the model's own greedy ones; a static cell's cached call asks for
     ``cache_implementation="static"``. A model that returns its codes beside the text ids (Higgs Audio:
     ``audio_sequences``) is compared on its codes."""
-    guidance = GUIDANCE_SCALE.get(model.config.model_type)
-    settings = {"do_sample": False, "max_new_tokens": new_tokens, **GREEDY_SETTINGS.get(model.config.model_type, {}),
-                **({"guidance_scale": guidance} if guidance else {}), **(settings or {}),
-                **({"cache_implementation": "static"} if cache == "static" else {})}
+    settings = generate_settings(model, new_tokens, settings, cache)
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
 
     def call(use_cache: bool) -> Any:
@@ -237,9 +243,7 @@ def compared(described: str, shape: str, cached: torch.Tensor, uncached: torch.T
     pairs = [(a.float(), b.float()) for a, b in scores]
     comparable = bool(pairs) and all(a.shape == b.shape for a, b in pairs)
     finite = [torch.nan_to_num(b, nan=0.0, posinf=0.0, neginf=0.0) for _, b in pairs]
-    # Scores a logits processor masked to -inf in both runs agree; a NaN or a one-sided inf counts as infinitely apart.
-    delta = max(float(torch.where(a == b, 0.0, torch.nan_to_num((a - b).abs(), nan=float("inf"))).max())
-                for a, b in pairs) if comparable else None
+    delta = max(float(score_rows_delta(a, b).max()) for a, b in pairs) if comparable else None
     scale = max(float(b.abs().max()) for b in finite) if comparable else 0.0
     if cached.shape != uncached.shape:
         return GenerateRun(described, shape, False, f"with the cache {list(cached.shape)}, without {list(uncached.shape)}", delta, scale)
@@ -249,6 +253,13 @@ def compared(described: str, shape: str, cached: torch.Tensor, uncached: torch.T
     row = int(differ.any(-1).nonzero()[0])
     index = int(differ[row].nonzero()[0])
     return GenerateRun(described, shape, False, f"row {row} first differs at flat index {index} of {differ.shape[1]}", delta, scale)
+
+
+def score_rows_delta(scores: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """Per row, max |Δ| between two steps' processed scores ``[rows, vocab]``: scores a logits processor masked to -inf
+    in both agree; a NaN or a one-sided inf counts as infinitely apart."""
+    scores, reference = scores.float(), reference.float()
+    return torch.where(scores == reference, 0.0, torch.nan_to_num((scores - reference).abs(), nan=float("inf"))).amax(-1)
 
 
 def _codes(output: Any) -> torch.Tensor:
@@ -268,6 +279,8 @@ class CodebookRun:
     encoder: tuple[int, int] | None = None
     """(length, calls during the decode and its reference) of the text encoder whose output every decoder call reads
     through cross-attention (MusicGen, Dia); ``None`` where the conditioning is prepended to the codes (MusicGen Melody)."""
+    text: torch.Tensor | None = None
+    """The text conditioning ``[B, T]`` the decode and ``generate()`` were given."""
 
 
 def _prompt(codes: Layout, plan: ProbePlan, device: torch.device) -> torch.Tensor:
@@ -302,7 +315,7 @@ def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
     start = time.perf_counter()
     generated = run_generate(model, text, plan.decode_steps, cache=plan.cache, again=plan.calls)
     run.record.timings["generate_s"] = time.perf_counter() - start
-    return CodebookRun(run, codes, recipe, generated, encoder)
+    return CodebookRun(run, codes, recipe, generated, encoder, text)
 
 
 def _prefix_driver(model: Model, codes: Layout, text: torch.Tensor, prompt: torch.Tensor) -> tuple[Driver, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -10,7 +11,8 @@ from kvconform.build.models import Model
 from kvconform.families import AUDIO_LANGUAGE, CROSS_HALF, ENCODER_DECODER, TEXT_TO_AUDIO, VISION_LANGUAGE
 from kvconform.families.audio import audio_inputs
 from kvconform.families.bark import is_bark, probe_bark
-from kvconform.families.codebook import GenerateRun, calls_record, probe_codebook
+from kvconform.families.codebook import GenerateRun, calls_record, generate_settings, probe_codebook
+from kvconform.families.codebook_ragged import NOT_PADDED, run_codebook_ragged
 from kvconform.families.decode import FamilyRun
 from kvconform.families.depth_codebooks import DepthTrace, is_depth_codebook_model, probe_depth_codebooks
 from kvconform.families.encoder_decoder import assisted_inputs, probe_encoder_decoder
@@ -27,6 +29,7 @@ from kvconform.families.text_to_unit import is_text_to_unit_model, probe_text_to
 from kvconform.probe.assisted import Adapter
 from kvconform.probe.decode import OwnCache, ProbePlan, ProbeRecord
 from kvconform.probe.generate_inputs import GenerateInputs
+from kvconform.probe.variants import PathNotApplicable, failed_path
 
 #: Per decoder-only multimodal family: (its media per row, the noun its placeholders are named by).
 MEDIA = {VISION_LANGUAGE: (image_inputs, "image"), AUDIO_LANGUAGE: (audio_inputs, "audio")}
@@ -125,6 +128,8 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     probe = _probe(model, plan, family)
     if family == TEXT_TO_AUDIO and probe.cross is None:
         probe.not_applicable = {**NO_CROSS_HALF, **probe.not_applicable}
+    if family == TEXT_TO_AUDIO and plan.ragged and "ragged" not in probe.record.paths:
+        probe.record.paths["ragged"] = failed_path("ragged", PathNotApplicable(NOT_PADDED))
     if family == TEXT_TO_AUDIO and probe.codebook is not None and plan.calls:  # its generate() made again
         probe.record.calls = calls_record(probe.codebook.generate, plan.locate_tolerance)
     return probe
@@ -190,6 +195,11 @@ def _probe(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         return FamilyProbe(inline.run.record, geometry, explanation, inline.recipe, codebook=heads)
     if family == TEXT_TO_AUDIO:
         codes = probe_codebook(model, plan)
+        if plan.ragged and codes.text is not None:
+            start = time.perf_counter()
+            settings = generate_settings(model, plan.decode_steps, cache=plan.cache)
+            codes.run.record.paths["ragged"] = run_codebook_ragged(model, codes.text, settings, codes.layout.codebooks)
+            codes.run.record.timings["ragged_s"] = time.perf_counter() - start
         geometry, explanation = self_attention_geometry(config)
         heads = CodebookHeads(codes.layout.codebooks, codes.run.row_deltas, codes.layout.delays, codes.generate)
         half = _cross_half(codes.run, config, *codes.encoder) if codes.encoder is not None else None

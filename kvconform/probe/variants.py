@@ -76,6 +76,8 @@ class PathRecord:
     """prefix_reuse: the first tensor of the original prefix cache that changed while its copy ran (shared state)."""
     api: ApiRecord | None = None
     """The cache API's edge calls made on copies of the path's caches (crop: ``cache_api.py``)."""
+    batch: int | None = None
+    """The rows the path's cache holds where not the plan's batch (classifier-free guidance doubles them); ``None``: the plan's."""
     max_cache_len: int | None = None
     """A static cache's length where the path's cache is not sized as the main decode's (``generate()`` sizes its own
     ``max_length - 1``, generation/utils.py ``_prepare_cache_for_generation``); ``None``: the main decode's."""
