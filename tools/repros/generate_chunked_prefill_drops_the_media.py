@@ -9,8 +9,11 @@ forward on the first iteration only (LLaVA: ``if is_first_iteration or not use_c
 embedded as text, and the tokens part from plain generate() from the first one. 5.23 passes ``is_first_iteration=True``
 to the chunks and hands each its placeholders' pre-encoded features (refusing raw media it cannot split); 5.0 refuses
 every chunked prefill. LLaVA (an image of 17 feature tokens), Qwen2-VL (whose rope index, given the image's grid in a
-chunk without its features, raises on 5.1-5.18) and Qwen2-Audio (the audio dropped) here, prefill_chunk_size=8.
-Exit 1 while the bug is there (the chunked generate() returns other tokens than generate()), else 0.
+chunk without its features, raises on 5.1-5.18) and Qwen2-Audio (the audio dropped) here, prefill_chunk_size=8; and
+ShieldGemma2's language model (Gemma3ForConditionalGeneration under a ShieldGemma2Config, as its checkpoint holds it),
+whose tiny build repeats one token from 5.13 on: its tokens hold there and its logits part, and a forward pre-hook
+shows which forwards got the image (pixel_values, or from 5.18 the pre-encoded mm_encoder_outputs).
+Exit 1 while the bug is there (the chunked generate() returns other tokens or logits than generate()), else 0.
 """
 import inspect
 import sys
@@ -18,15 +21,19 @@ import sys
 import torch
 import transformers
 from transformers import (
+    Gemma3ForConditionalGeneration,
     LlavaConfig,
     LlavaForConditionalGeneration,
     Qwen2AudioConfig,
     Qwen2AudioForConditionalGeneration,
     Qwen2VLConfig,
     Qwen2VLForConditionalGeneration,
+    ShieldGemma2Config,
 )
 
 TRANSFORMERS = ">=5.1,<5.23"  # 5.0 refuses chunked prefill; 5.23 hands each chunk its features
+LOGIT_LIMIT = 1e-3  # float32: one prefill and its chunks agree to ~1e-6 where each chunk gets its image
+MEDIA = ("pixel_values", "input_features", "mm_encoder_outputs")
 
 
 def _llava() -> tuple[torch.nn.Module, dict]:
@@ -82,27 +89,54 @@ def _qwen2_audio() -> tuple[torch.nn.Module, dict]:
         "feature_attention_mask": torch.ones(2, 128, dtype=torch.long)}
 
 
+def _shieldgemma2() -> tuple[torch.nn.Module, dict]:
+    config = ShieldGemma2Config(
+        text_config={"model_type": "gemma3_text", "vocab_size": 256, "hidden_size": 64, "intermediate_size": 128,
+                     "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                     "max_position_embeddings": 64, "sliding_window": 64, "initializer_range": 0.15},
+        vision_config={"model_type": "siglip_vision_model", "hidden_size": 32, "intermediate_size": 64,
+                       "num_hidden_layers": 1, "num_attention_heads": 2, "image_size": 16, "patch_size": 4},
+        mm_tokens_per_image=4, image_token_index=255, boi_token_index=254, eoi_token_index=253)
+    text = torch.randint(3, 240, (2, 6), generator=torch.Generator().manual_seed(0))
+    ids = torch.cat([text[:, :2], torch.tensor([[254, 255, 255, 255, 255, 253]] * 2), text[:, 2:]], dim=1)
+    return Gemma3ForConditionalGeneration(config).eval(), {
+        "input_ids": ids, "attention_mask": torch.ones_like(ids), "token_type_ids": (ids == 255).long(),
+        "pixel_values": torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(1))}
+
+
 def main() -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     found = False
-    for name, build in (("llava", _llava), ("qwen2_vl", _qwen2_vl), ("qwen2_audio", _qwen2_audio)):
+    for name, build in (("llava", _llava), ("qwen2_vl", _qwen2_vl), ("qwen2_audio", _qwen2_audio),
+                        ("shieldgemma2", _shieldgemma2)):
         torch.manual_seed(0)
         model, given = build()
         width = given["input_ids"].shape[1]
-        settings = {"max_new_tokens": 3, "min_new_tokens": 3, "do_sample": False, "pad_token_id": 0}
+        settings = {"max_new_tokens": 3, "min_new_tokens": 3, "do_sample": False, "pad_token_id": 0,
+                    "return_dict_in_generate": True, "output_logits": True}
+        media: list[bool] = []
+        model.register_forward_pre_hook(lambda _m, _a, kw, seen=media: seen.append(any(kw.get(k) is not None for k in MEDIA)),
+                                        with_kwargs=True)
         with torch.no_grad():
-            plain = model.generate(**given, **settings)[:, width:].tolist()
+            plain = model.generate(**given, **settings)
+            media.clear()
             try:
-                chunked = model.generate(**given, **settings, prefill_chunk_size=8)[:, width:].tolist()
+                chunked = model.generate(**given, **settings, prefill_chunk_size=8)
             except Exception as exc:  # the Qwen2-VL-style variant: the rope index over a chunk given the image's grid
                 if "Chunked prefill cannot split the raw multimodal inputs" in str(exc):  # 5.23+: raw audio refused
                     print(f"{name}: generate() refuses a chunked prefill of its raw media (not the bug)")
                     continue
+                if "Cannot use prefill chunking without a cache" in str(exc):  # 5.0: every chunked prefill refused
+                    print(f"{name}: generate() refuses a chunked prefill (not the bug)")
+                    continue
                 print(f"BUG {name}: generate(prefill_chunk_size=8) raised {type(exc).__name__}: {str(exc)[:120]}")
                 found = True
                 continue
-        print(f"{name}: generate(): {plain}; generate(prefill_chunk_size=8): {chunked}")
-        if chunked != plain:
+        tokens, chunked_tokens = plain.sequences[:, width:].tolist(), chunked.sequences[:, width:].tolist()
+        delta = max(float((a - b).abs().max()) for a, b in zip(plain.logits, chunked.logits, strict=True))
+        print(f"{name}: generate(): {tokens}; generate(prefill_chunk_size=8): {chunked_tokens}, max |Δlogit| {delta:.3g}; "
+              f"its forwards that got the media: {media}")
+        if chunked_tokens != tokens or delta > LOGIT_LIMIT:
             print(f"BUG {name}: the chunked generate() parts from generate() (its chunks got no media)")
             found = True
     return 1 if found else 0
