@@ -33,7 +33,9 @@ KNOWN = {"whisper": {"chunked_prefill": "got multiple values for keyword argumen
          # the encoder-decoder continuation (5.3+) and the chunked prefill's encoder mask cut to the chunk (5.1+)
          **{model: {"between_calls": "its logits leave the one long call's", "chunked_prefill": "must match the size of tensor b"}
             for model in ("t5", "t5gemma")},
-         "speech_to_text": {"between_calls": "its logits leave the one long call's"}}
+         # the continuation, and the chunked generate()'s feature mask cut to the chunk (5.1+)
+         "speech_to_text": {"between_calls": "its logits leave the one long call's",
+                            "chunked_prefill": "generate(prefill_chunk_size=2)'s greedy tokens"}}
 
 
 #: Codebook decoders whose own generate(cache_implementation="static") builds a static cache (their static cells run).

@@ -220,9 +220,11 @@ def _generate_inputs(model: Model, tensors: dict[str, torch.Tensor], prompt: tor
     audio = next((key for key in ("input_features", "input_values") if set(tensors) == {key}), None)
     if audio is not None and prompt.shape[0] > 1 and "attention_mask" in inspect.signature(model.forward).parameters:
         # a speech encoder's input as its feature extractor pads a batch (zeros, masked; Whisper-style models returned
-        # above: theirs pads every clip to 30 s unmasked); judged against the padded batch's own uncached pass
-        return replace(given, ragged_columns=(0, tensors[audio].shape[1]), ragged_key=audio, pad_side="right",
-                       reference_padded=True, one_pass=one_pass)
+        # above: theirs pads every clip to 30 s unmasked); judged against the padded batch's own uncached pass. The
+        # chunked generate() takes that batch with its mask too, as the feature extractor returns it.
+        speech = replace(given, ragged_columns=(0, tensors[audio].shape[1]), ragged_key=audio, pad_side="right",
+                         reference_padded=True, one_pass=one_pass)
+        return replace(speech, padded=speech.ragged(speech.row_drops(), 0))
     ids, pad = tensors.get("input_ids"), getattr(model.config, "pad_token_id", None)
     if set(tensors) != {"input_ids"} or ids is None or pad is None or ids.shape[0] < 2 or ids.shape[1] <= ENCODER_PADDING:
         return given  # an encoder input of pixels, a config without a pad id, one row: no text batch to pad

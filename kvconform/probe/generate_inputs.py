@@ -37,8 +37,9 @@ class GenerateInputs:
     tokens do not match" on every 5.x release; 4.57 passed them at cache position 0 only)."""
 
     padded: GenerateInputs | None = None
-    """The same prompt as a tokenizer pads a batch of unequal rows, where the family has such a form (an encoder-decoder's
-    text encoder input: its last row shorter, right-padded, masked); the chunked generate() takes it."""
+    """The same prompt as a processor pads a batch of unequal rows, where the family has such a form (an encoder-decoder's
+    text encoder input: its last row shorter, right-padded, masked; a speech encoder's input: a row's frames or samples
+    zero-padded and masked, as the ragged path pads them); the chunked generate() takes it."""
     ragged_columns: tuple[int, int] | None = None
     """The columns of ``ragged_key`` (``[start, end)``) a row of a processor's batch may be shorter in: a decoder
     prompt's text after its media, an encoder's text input, an audio encoder input's frames; the ragged path drops a row's
