@@ -29,7 +29,8 @@ PADDED_TEXT_TYPES = frozenset({"musicgen", "dia"})
 #: Why the other codebook decoders run no ragged batch here.
 NOT_PADDED = ("the ragged batch runs where the text conditioning is an encoder input a processor right-pads and masks "
               f"({', '.join(sorted(PADDED_TEXT_TYPES))}); this model's text is part of its decoder's own sequence "
-              "(MusicGen Melody prepends it to the codes, so a padded row moves its codes' positions; CSM, Higgs Audio, "
+              "(MusicGen Melody prepends it to the codes, whose positions then count a padded row's pad columns: arange + "
+              "cache length, modeling_musicgen_melody.py:150 in 5.24.0, so a padded row cannot equal its own run; CSM, Higgs Audio, "
               "the talkers decode it as their prompt) or reaches a stage of its own (Bark, SeamlessM4T's text-to-unit "
               "model): not built here")
 
