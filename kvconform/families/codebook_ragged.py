@@ -83,7 +83,8 @@ def _ragged(model: Model, text: torch.Tensor, settings: dict[str, Any], codebook
         own = model.generate(input_ids=text[row : row + 1, : text.shape[1] - drop], use_cache=False,
                              return_dict_in_generate=True, output_scores=True, **uncached)
         heads = slice(row * codebooks, (row + 1) * codebooks)
-        for k, (cached, reference) in enumerate(zip(output.scores, own.scores, strict=True)):
+        # a row's own run stops at its end-of-audio token, the batch's when every row has (its later steps are pad)
+        for k, (cached, reference) in enumerate(zip(output.scores, own.scores, strict=False)):
             deltas[k][row] = float(score_rows_delta(cached[heads], reference).max())
             scale = max(scale, float(torch.nan_to_num(reference.float(), posinf=0.0, neginf=0.0).abs().max()))
     guided = (settings.get("guidance_scale") or model.generation_config.guidance_scale or 1) > 1
