@@ -60,20 +60,25 @@ def _ragged(model: Model, text: torch.Tensor, settings: dict[str, Any], codebook
     keyword, trace = cache_keyword(decoder), []
 
     def seen(module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
-        ids = kwargs.get("input_ids", args[0] if args else None)
+        ids, positions = kwargs.get("input_ids", args[0] if args else None), kwargs.get("cache_position")
         cache = returned_cache(output, kwargs.get(keyword))
-        trace.append((cache, ids.shape[1] if isinstance(ids, torch.Tensor) else None, seq_length(cache)))
+        written = (int(positions.reshape(-1)[0]), positions.numel()) if isinstance(positions, torch.Tensor) else None
+        trace.append((cache, ids.shape[1] if isinstance(ids, torch.Tensor) else None, seq_length(cache), written))
 
     hook = decoder.register_forward_hook(seen, with_kwargs=True)
     try:
         output = model.generate(input_ids=padded, attention_mask=mask, return_dict_in_generate=True, output_scores=True, **settings)
     finally:
         hook.remove()
-    # The forwards that wrote the cache generate() returns (MusicGen's generate() in 5.24 makes its first decoder forward
-    # twice, the first one's cache left unused: 9 forwards for 8 tokens, with and without the cache alike).
+    # The forwards that wrote the cache generate() returns, a forward that writes the positions the one before it wrote
+    # counted once: generate() makes its first decoder forward twice in MusicGen's 5.24 (the first one's cache left
+    # unused: 9 forwards for 8 tokens, with and without the cache alike) and Dia's 5.0 static cells (position 0 written
+    # twice with the same frame).
     final = returned_cache(output)
-    fed = [width for cache, width, _ in trace if cache is final]
-    lengths = [length for cache, _, length in trace if cache is final]
+    kept = [entry for entry in trace if entry[0] is final]
+    kept = [entry for k, entry in enumerate(kept) if not (k and entry[3] is not None and entry[3] == kept[k - 1][3])]
+    fed = [width for _, width, _, _ in kept]
+    lengths = [length for _, _, length, _ in kept]
     first = fed[0] if fed and fed[0] is not None else 1
     uncached = {key: value for key, value in settings.items() if key != "cache_implementation"}
     steps = len(output.scores)
