@@ -5,9 +5,9 @@ decoder chunk (transformers 5.1.0 to 5.25.0).
 The chunked branch of GenerationMixin._prefill pops ``attention_mask`` and gives each chunk
 ``attention_mask[:, :current_length]`` (generation/utils.py:3840-3845 in 5.1.0, :4362-4392 in 5.24.0); for an
 encoder-decoder that mask is the encoder's: here the mask a speech feature extractor returns over the audio samples
-(SpeechT5) or frames (Speech2Text). Their forwards rebuild the cross-attention mask from it
+(SpeechT5, a wav2vec2 speech-encoder-decoder) or frames (Speech2Text). Their forwards rebuild the cross-attention mask from it
 (``_get_feature_vector_attention_mask(encoder length, attention_mask)``: modeling_speecht5.py:1962,
-modeling_speech_to_text.py:812 in 5.24.0; SpeechEncoderDecoderModel alike, modeling_speech_encoder_decoder.py:436),
+modeling_speech_to_text.py:812, modeling_speech_encoder_decoder.py:436 in 5.24.0),
 so every decoder chunk reads the encoder output under the mask of the audio's first 2, 4, 6 samples or frames, and
 the chunked generate() parts from generate() without chunking from the prefill's logits on. An all-ones mask (clips
 of one length) and a padded batch (its last row half as long, zero-padded and masked, as the feature extractors pad)
@@ -18,7 +18,16 @@ import sys
 
 import torch
 import transformers
-from transformers import Speech2TextConfig, Speech2TextForConditionalGeneration, SpeechT5Config, SpeechT5ForSpeechToText
+from transformers import (
+    BertConfig,
+    Speech2TextConfig,
+    Speech2TextForConditionalGeneration,
+    SpeechEncoderDecoderConfig,
+    SpeechEncoderDecoderModel,
+    SpeechT5Config,
+    SpeechT5ForSpeechToText,
+    Wav2Vec2Config,
+)
 
 TRANSFORMERS = ">=5.1"  # 5.0 refuses chunked prefill
 LOGIT_LIMIT = 1e-3  # float32: one prefill and its chunks agree to ~1e-6
@@ -39,10 +48,22 @@ def _speech_to_text() -> tuple[torch.nn.Module, str, torch.Tensor]:
     return Speech2TextForConditionalGeneration(config).eval(), "input_features", torch.randn(2, 40, 16, generator=torch.Generator().manual_seed(1))
 
 
+def _speech_encoder_decoder() -> tuple[torch.nn.Module, str, torch.Tensor]:
+    encoder = Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                             conv_dim=(16,) * 7, num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2,
+                             initializer_range=0.15)
+    decoder = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                         is_decoder=True, add_cross_attention=True, initializer_range=0.15)
+    config = SpeechEncoderDecoderConfig.from_encoder_decoder_configs(encoder, decoder)
+    config.decoder_start_token_id, config.pad_token_id = 2, 1
+    return SpeechEncoderDecoderModel(config).eval(), "input_values", torch.randn(2, 3200, generator=torch.Generator().manual_seed(1))
+
+
 def main() -> int:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     found = False
-    for name, build in (("speecht5", _speecht5), ("speech_to_text", _speech_to_text)):
+    for name, build in (("speecht5", _speecht5), ("speech_to_text", _speech_to_text),
+                        ("speech-encoder-decoder (wav2vec2 + BERT)", _speech_encoder_decoder)):
         torch.manual_seed(0)
         model, key, audio = build()
         ones = torch.ones(audio.shape[:2], dtype=torch.long)
