@@ -283,6 +283,11 @@ class CodebookRun:
     """The text conditioning ``[B, T]`` the decode and ``generate()`` were given."""
 
 
+def conditioning_config(config: Any) -> Any:
+    """The config of the text that conditions the codes: MusicGen's text encoder, Dia's encoder, else the model's own."""
+    return getattr(config, "text_encoder", None) or getattr(config, "encoder_config", None) or config
+
+
 def _prompt(codes: Layout, plan: ProbePlan, device: torch.device) -> torch.Tensor:
     """Random codes in every codebook row, the start token where each codebook is still delayed (frame 0 for all)."""
     rows = text_ids(plan.batch_size * codes.codebooks, plan.prompt_length, plan.seed, codes.vocab, {codes.start})
@@ -294,7 +299,7 @@ def probe_codebook(model: Model, plan: ProbePlan) -> CodebookRun:
     codes = layout(model)
     device = next(p.device for p in model.parameters())
     config = model.config
-    text_config = getattr(config, "text_encoder", None) or getattr(config, "encoder_config", None) or config
+    text_config = conditioning_config(config)
     text = text_ids(plan.batch_size, TEXT_TOKENS, plan.seed + 2, int(text_config.vocab_size), special_token_ids(text_config)).to(device)
     prompt = _prompt(codes, plan, device)
     encoder = None

@@ -18,7 +18,7 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
-from kvconform.families.codebook import score_rows_delta
+from kvconform.families.codebook import conditioning_config, score_rows_delta
 from kvconform.probe.cache_io import returned_cache, seq_length
 from kvconform.probe.variants import PathNotApplicable, PathRecord, failed_path, summarize
 
@@ -105,6 +105,5 @@ def _ragged(model: Model, text: torch.Tensor, settings: dict[str, Any], codebook
 
 def _text_pad_id(model: Model) -> int:
     """The text encoder config's pad id (T5's 0), else 0 (Dia's tokenizer pads with id 0, tokenization_dia.py:57)."""
-    text = getattr(model.config, "text_encoder", None) or getattr(model.config, "encoder_config", None) or model.config
-    pad = getattr(text, "pad_token_id", None)
+    pad = getattr(conditioning_config(model.config), "pad_token_id", None)
     return pad if isinstance(pad, int) else 0
