@@ -609,7 +609,7 @@ def test_the_cache_paths_run_on_every_codebook_decoder(runner, model_type):
     Not applicable, with the reason: every path where the model prepends a conditioning prefix (MusicGen Melody), crop
     of a static encoder-decoder cache (transformers refuses it), a prompt too short for two chunks (SeamlessM4T's units).
     between_calls makes the cached generate() again and passes, where the first call runs (the labelled static calls
-    of MusicGen Melody and Qwen2.5-Omni raise)."""
+    of MusicGen Melody and Qwen2.5-Omni raise), and continues Higgs Audio's dynamic one."""
     for cache in ("dynamic", "static") if model_type in CODEBOOK_STATIC else ("dynamic",):
         outcome, results = _codebook_results(runner, model_type, cache)
         record = outcome.record
@@ -630,7 +630,8 @@ def test_the_cache_paths_run_on_every_codebook_decoder(runner, model_type):
         assert bool(record.chunked is not None and record.chunked.steps) == chunked, record.chunked
         assert {name: results[name].message for name in ran | {"chunked_prefill", "between_calls"}
                 if name in results and not results[name].passed} == {}
-        made = record.calls is not None and record.calls.compared == 1
+        continued = (model_type, cache) == ("higgs_audio_v2", "dynamic")  # its own test below
+        made = record.calls is not None and record.calls.compared == 1 + continued
         assert made or (cache, model_type) in {("static", "musicgen_melody"), ("static", "qwen2_5_omni")}, record.calls
         assert not made or "generate() again through the same instance" in results["between_calls"].message
 
@@ -679,6 +680,21 @@ def test_a_cache_kept_between_generate_calls_is_caught_on_a_codebook_decoder(run
     assert _failing(results) - _failing(healthy) == {"between_calls"} | also, {name: results[name].message for name in _failing(results)}
     assert "generate() again through the same instance with the same arguments" in results["between_calls"].message
     assert healthy["between_calls"].passed, healthy["between_calls"].message
+
+
+def test_higgs_audios_generate_continued_from_its_returned_cache_gives_the_one_calls_codes_and_a_refed_sequence_is_caught(runner):
+    """Higgs Audio's generate() of 4 frames, continued for 4 from the cache it returned (given the returned sequences,
+    audio_sequences and the audio mask extended, as transformers' continuation test gives them), returns the one 8-frame
+    call's codes and scores. Planted ``continuation_refeeds_sequence`` (the continued call's first forward gets the whole
+    sequence again) fails between_calls alone, naming the continued call."""
+    _, healthy = _codebook_results(runner, "higgs_audio_v2", "dynamic")
+    checked = healthy["between_calls"].details["checked"]
+    assert healthy["between_calls"].passed and any("4 frames continued for 4 from the cache it returned: codes [2, " in c for c in checked), checked
+    with planted("continuation_refeeds_sequence"):
+        _, results = _codebook_results(runner, "higgs_audio_v2", "dynamic")
+    assert _failing(results) - _failing(healthy) == {"between_calls"}, {n: r.message for n, r in results.items() if not r.passed}
+    message = results["between_calls"].message
+    assert "generate() of 4 frames continued for 4 from the cache it returned: generate() continued for 4 frames" in message, message
 
 
 @pytest.mark.parametrize("model_type", ["llava", "qwen2_audio"])

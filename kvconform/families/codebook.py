@@ -125,13 +125,17 @@ class GenerateRun:
     again: GenerateRun | None = None
     """The cached call made again with the same arguments through the same instance, against the first (``None``: not
     made, the first calls raised)."""
+    continued: GenerateRun | None = None
+    """A shorter cached call continued from the cache it returned, against the first (``None``: not made; where it
+    is made: a model whose ``generate()`` continues, on a dynamic cell)."""
 
 
 def generated_twice(described: str, call: Callable[[bool], Any], compare: Callable[[Any, Any], GenerateRun],
-                    again: bool = True) -> GenerateRun:
+                    again: bool = True, continued: Callable[[Any], GenerateRun] | None = None) -> GenerateRun:
     """``call(use_cache)`` cached, uncached, then (where ``again``: the cell runs between_calls) cached again through the
     same instance: the first two compared (``compare(cached, uncached)``), the third against the first (state a call
-    leaves for the next one)."""
+    leaves for the next one); ``continued(cached)`` makes a shorter call, continues it, and compares with ``cached`` (a
+    call that raises is its ``error``)."""
     outputs: dict[str, Any] = {}
     for name, use_cache in (("cached", True), ("uncached", False), ("again", True))[: 3 if again else 2]:
         try:
@@ -142,6 +146,8 @@ def generated_twice(described: str, call: Callable[[bool], Any], compare: Callab
                 return failed
             outputs[name] = failed
     run = compare(outputs["cached"], outputs["uncached"])
+    if continued is not None:
+        run = replace(run, continued=continued(outputs["cached"]))
     if "again" not in outputs:
         return run
     second = outputs["again"]
@@ -184,11 +190,12 @@ def generate_settings(model: Model, new_tokens: int, settings: dict[str, Any] | 
 
 
 def run_generate(model: Model, text: torch.Tensor, new_tokens: int, inputs: dict[str, torch.Tensor] | None = None,
-                 settings: dict[str, Any] | None = None, cache: str = "dynamic", again: bool = True) -> GenerateRun:
+                 settings: dict[str, Any] | None = None, cache: str = "dynamic", again: bool = True,
+                 continued: Callable[[Any], GenerateRun] | None = None) -> GenerateRun:
     """Greedy ``generate()`` on the text prompt (and ``inputs``, the audio a prompt holds) with ``use_cache`` True and
     False, as a user calls it; ``settings`` are the model's own greedy ones; a static cell's cached call asks for
     ``cache_implementation="static"``. A model that returns its codes beside the text ids (Higgs Audio:
-    ``audio_sequences``) is compared on its codes."""
+    ``audio_sequences``) is compared on its codes; ``continued`` (see ``generated_twice``) where the model continues."""
     settings = generate_settings(model, new_tokens, settings, cache)
     described = ", ".join(f"{k}={v}" for k, v in settings.items())
 
@@ -198,34 +205,54 @@ def run_generate(model: Model, text: torch.Tensor, new_tokens: int, inputs: dict
             return model.generate(input_ids=text, use_cache=use_cache, return_dict_in_generate=True, output_scores=True,
                                   **(inputs or {}), **given)
 
-    return generated_twice(described, call, lambda cached, uncached: compare_generated(described, cached, uncached), again)
+    return generated_twice(described, call, lambda cached, uncached: compare_generated(described, cached, uncached), again,
+                           continued)
 
 
-#: The comparison ``between_calls`` makes on a codebook decoder (its generate() runs its own loop: neither continued nor
-#: given another prompt here).
+#: The comparison ``between_calls`` makes on every codebook decoder (its generate() runs its own loop).
 AGAIN = "generate() again through the same instance with the same arguments (the cached call)"
+#: Why a codebook decoder's generate() is not continued from the cache it returned, measured on 5.24 (Higgs Audio's is,
+#: on dynamic cells: ``inline_codebooks.continue_generate``).
+NOT_CONTINUED = {
+    "musicgen": "MusicGen's generate() takes no past_key_values and returns the waveform",
+    "musicgen_melody": "MusicGen Melody's generate() takes no past_key_values and returns the waveform",
+    "csm": "CSM's generate() returns the new frames only ([B, new, K], not a sequence to continue)",
+    "dia": "Dia's generate() rebuilds its delayed prompt at the first step (generation_dia.py:231-237; transformers' Dia "
+           "tests skip their continuation test)",
+}
 
 
-def calls_record(run: GenerateRun, tolerance: Tolerance | None) -> CallsRecord:
-    """The ``between_calls`` record of a codebook decoder: its cached ``generate()`` made again against the first, the
-    same output with scores within the parity limit of their scale."""
+def calls_record(run: GenerateRun, tolerance: Tolerance | None, model_type: str, cache: str) -> CallsRecord:
+    """The ``between_calls`` record of a codebook decoder: its cached ``generate()`` made again, and where built
+    continued from a shorter call's returned cache, each against the first: the same output with scores within the
+    parity limit of their scale."""
     record = CallsRecord(calling=AGAIN)
-    again = run.again
-    if again is None:
-        record.not_made.append(f"{AGAIN}: not made, the first calls raised (codebook_generate)")
-    elif again.error is not None:
-        record.error = f"{AGAIN} raised with {again.error}"[:500]
-    elif not again.equal:
-        record.problems.append(f"{AGAIN}: {again.output}: {again.detail}")
+    limit = (lambda scale: tolerance.limit(scale)) if tolerance is not None else (lambda scale: float("inf"))
+    _judged(record, AGAIN, run.again, limit)
+    if run.continued is not None:
+        _judged(record, run.continued.config, run.continued, limit)
+    elif cache != "dynamic":
+        record.not_made.append(f"not continued: a {cache} cell makes its call again (the continuation runs on dynamic cells)")
     else:
-        limit = tolerance.limit(again.score_scale) if tolerance is not None else float("inf")
-        delta = again.score_delta if again.score_delta is not None else float("inf")
-        words = f"{AGAIN}: {again.output}, max |Δscore| {delta:.3g}"
-        if delta > limit:
-            record.problems.append(f"{words} > limit {limit:.3g}: its scores leave the first call's")
-        else:
-            record.checked.append(f"{words} ≤ {limit:.3g}")
+        record.not_made.append(f"not continued: {NOT_CONTINUED.get(model_type, f'no continuation built for {model_type}')}")
     return record
+
+
+def _judged(record: CallsRecord, what: str, second: GenerateRun | None, limit: Callable[[float], float]) -> None:
+    """``second`` (a call against the first cached one) as ``record``'s comparison ``what``."""
+    if second is None:
+        record.not_made.append(f"{what}: not made, the first calls raised (codebook_generate)")
+    elif second.error is not None:
+        record.error = f"{record.error + '; ' if record.error else ''}{what}: {second.error}"[:500]
+    elif not second.equal:
+        record.problems.append(f"{what}: {second.output}: {second.detail}")
+    else:
+        delta = second.score_delta if second.score_delta is not None else float("inf")
+        words = f"{what}: {second.output}, max |Δscore| {delta:.3g}"
+        if delta > limit(second.score_scale):
+            record.problems.append(f"{words} > limit {limit(second.score_scale):.3g}: its scores leave the first call's")
+        else:
+            record.checked.append(f"{words} ≤ {limit(second.score_scale):.3g}")
 
 
 def compare_generated(described: str, cached_run: Any, uncached_run: Any) -> GenerateRun:

@@ -37,10 +37,10 @@ import torch
 
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
-from kvconform.families.codebook import GenerateRun, Layout, run_generate
+from kvconform.families.codebook import GenerateRun, Layout, compared, generate_settings, run_generate
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import special_token_ids, text_ids
-from kvconform.probe.cache_io import new_cache, seq_length
+from kvconform.probe.cache_io import new_cache, returned_cache, seq_length
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
 
@@ -171,9 +171,36 @@ def probe_inline_codebooks(model: Model, plan: ProbePlan) -> InlineRun:
               f"delayed k frames: HiggsAudioV2Processor.build_delay_pattern), {k} text ids, <|audio_out_bos|>; then one "
               f"frame [B, 1, {k}] a step, audio only, stream bos {codes.start} in codebooks k >= j of frame j ({codes.source})")
     inputs = stream.inputs(stream.prompt)
+    ids = inputs.pop("input_ids")
+    continued = (lambda long: continue_generate(model, ids, inputs, plan.decode_steps, long)) if plan.calls and plan.cache == "dynamic" else None
     start = time.perf_counter()
-    generated = run_generate(model, inputs.pop("input_ids"), plan.decode_steps, inputs=inputs, settings=GREEDY, cache=plan.cache,
-                             again=plan.calls)
+    generated = run_generate(model, ids, plan.decode_steps, inputs=inputs, settings=GREEDY, cache=plan.cache,
+                             again=plan.calls, continued=continued)
     run.record.timings["generate_s"] = time.perf_counter() - start
     return InlineRun(run, codes, recipe, generated)
 
+
+
+def continue_generate(model: Model, ids: torch.Tensor, inputs: dict[str, torch.Tensor], steps: int, long: Any) -> GenerateRun:
+    """``generate()`` of half the frames, continued from the cache it returned for the rest, against ``long`` (the one
+    cached call of ``steps`` frames): its codes and scores. The continued call is given what transformers' own
+    continuation test gives it: the returned ``sequences`` and ``audio_sequences``, the audio mask extended by the
+    generated frames, and the returned cache (``prepare_inputs_for_generation`` masks the frames the cache holds,
+    modeling_higgs_audio_v2.py:607-617)."""
+    head = max(1, steps // 2)
+    what = f"generate() of {head} frames continued for {steps - head} from the cache it returned"
+    settings = {**generate_settings(model, head, GREEDY), "return_dict_in_generate": True, "output_scores": True}
+    calling = f"generate() of {head} frames (to be continued)"
+    try:
+        with torch.inference_mode():
+            short = model.generate(input_ids=ids, **inputs, **settings)
+            calling = f"generate() continued for {steps - head} frames from the returned cache"
+            mask = inputs["audio_input_ids_mask"]
+            generated = short.audio_sequences.shape[1] - mask.shape[1]
+            rest = model.generate(input_ids=short.sequences, audio_input_ids=short.audio_sequences,
+                                  audio_input_ids_mask=torch.cat([mask, mask.new_ones(mask.shape[0], generated)], dim=1),
+                                  **{cache_keyword(model): returned_cache(short)}, **{**settings, "max_new_tokens": steps - head})
+    except Exception as exc:  # noqa: BLE001 - a call that raises fails between_calls with its error
+        return GenerateRun(what, "", False, "", error=f"{calling} raised {type(exc).__name__}: {' '.join(str(exc).split())}")
+    return compared(what, f"codes {list(rest.audio_sequences.shape)}", rest.audio_sequences, long.audio_sequences,
+                    list(zip(rest.scores, long.scores[head:], strict=False)))

@@ -131,7 +131,7 @@ def probe_family(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
     if family == TEXT_TO_AUDIO and plan.ragged and "ragged" not in probe.record.paths:
         probe.record.paths["ragged"] = failed_path("ragged", PathNotApplicable(NOT_PADDED))
     if family == TEXT_TO_AUDIO and probe.codebook is not None and plan.calls:  # its generate() made again
-        probe.record.calls = calls_record(probe.codebook.generate, plan.locate_tolerance)
+        probe.record.calls = calls_record(probe.codebook.generate, plan.locate_tolerance, model.config.model_type, plan.cache)
     return probe
 
 
