@@ -108,7 +108,7 @@ class CellRunner:
         try:
             # Family cells run the attention from_pretrained picks: only their cache is asked about.
             reason = (cell_support(master, cell.cache, cell.attn) if cell.spec.family == CAUSAL_LM
-                      else cache_support(type(master), master.config, cell.cache) or family_cache_support(master, cell))
+                      else family_cache_support(master, cell))
             if reason is not None:
                 return CellOutcome(load_s=self._load_s, model_type=model_type, not_applicable=reason)
             model = self._model_for(master, cell)
@@ -132,10 +132,15 @@ class CellRunner:
 
 
 def family_cache_support(master: Any, cell: Cell) -> str | None:
-    """Why a family cell's cache does not run beyond what generate() refuses: a codebook decoder's static cell where its
-    own generate() builds no static cache, or ``None``."""
-    if cell.spec.family != TEXT_TO_AUDIO or cell.cache != "static":
-        return None
+    """Why a family cell's cache does not run: transformers builds none for the config of a stage the cell decodes (Bark:
+    each causal stage's; others: the model's), or a codebook decoder's static cell where its own generate() builds no
+    static cache; ``None`` where it runs."""
+    from kvconform.families.bark import is_bark, stage_configs
+
+    configs = stage_configs(master) if is_bark(master) else [master.config]
+    reason = next((reason for config in configs if (reason := cache_support(type(master), config, cell.cache)) is not None), None)
+    if reason is not None or cell.spec.family != TEXT_TO_AUDIO or cell.cache != "static":
+        return reason
     from kvconform.families.codebook import static_support
 
     return static_support(master)

@@ -39,7 +39,7 @@ KNOWN = {"whisper": {"chunked_prefill": "got multiple values for keyword argumen
 
 
 #: Codebook decoders whose own generate(cache_implementation="static") builds a static cache (their static cells run).
-CODEBOOK_STATIC = ("dia", "csm", "musicgen_melody", "seamless_m4t", "higgs_audio_v2", "qwen2_5_omni", "qwen3_omni_moe")
+CODEBOOK_STATIC = ("bark", "dia", "csm", "musicgen_melody", "seamless_m4t", "higgs_audio_v2", "qwen2_5_omni", "qwen3_omni_moe")
 
 
 def _unexplained(model_type: str, failed: dict[str, str]) -> dict[str, str]:
@@ -644,6 +644,10 @@ CODEBOOK_PATH_FAULTS = {
     ("static_reorder_reverses_rows", "higgs_audio_v2", "static"): ({"reorder"}, "reorder_cache(identity [0, 1]) changed"),
     ("static_reorder_reverses_rows", "qwen3_omni_moe", "static"): ({"reorder"}, "reorder_cache(identity [0, 1]) changed"),
     ("static_copy_shares_storage", "dia", "static"): ({"prefix_reuse"}, "keys changed while its copy was extended"),
+    ("static_reorder_reverses_rows", "bark", "static"): ({"reorder"}, "reorder_cache(identity [0, 1]) changed"),
+    # Bark's static caches, both stages (its generate()'s too): every check that decodes through them, located
+    ("static_wrong_slot", "bark", "static"): ({"parity", "kv_parity", "prefix_reuse", "crop", "codebook_parity", "codebook_generate"},
+                                              "[cache fault] cached logits diverge from the uncached reference at decode step 1"),
     ("extend_keeps_last_only", "bark", "dynamic"): ({"prefix_reuse", "chunked_prefill"},
                                                     "after the extend the copy's cache differs from one prefill"),
     ("extend_keeps_last_only", "qwen2_5_omni", "dynamic"): ({"prefix_reuse", "chunked_prefill"},

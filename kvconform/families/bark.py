@@ -34,14 +34,15 @@ import torch
 
 from kvconform.build.geometry import CacheGeometry
 from kvconform.build.models import Model
-from kvconform.compat import cache_keyword, embeds_keyword
+from kvconform.compat import cache_keyword, embeds_keyword, generation_positions
 from kvconform.families.codebook import GenerateRun, compared, generated_twice
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.geometry import self_attention_geometry
 from kvconform.families.inputs import text_ids
-from kvconform.probe.cache_io import seq_length
+from kvconform.probe.cache_io import new_cache, seq_length
 from kvconform.probe.decode import ProbePlan
 from kvconform.probe.forwards import Forwards, fed_back
+from kvconform.probe.variants import mask_as_generate_feeds
 
 #: Text tokens of the longest prompt row; row b has ``TEXT_TOKENS - b``, padded as BarkProcessor pads (padding="max_length").
 TEXT_TOKENS = 5
@@ -53,6 +54,11 @@ HISTORY_SEMANTIC, HISTORY_FRAMES = 10, 15
 def is_bark(model: Model) -> bool:
     """Whether ``model`` is Bark's three-stage model (semantic, coarse and fine sub-models)."""
     return all(hasattr(model, name) for name in ("semantic", "coarse_acoustics", "fine_acoustics"))
+
+
+def stage_configs(model: Model) -> list[Any]:
+    """The configs of Bark's causal stages, each with a cache of its own (the semantic and coarse models')."""
+    return [model.semantic.config, model.coarse_acoustics.config]
 
 
 @dataclass(frozen=True)
@@ -142,23 +148,37 @@ def coarse_prompt(model: Model, stages: StageConfigs, inputs: BarkInputs, semant
 
 def _stage_forwards(stage: Any, prompt: torch.Tensor, embeds: Callable[[torch.Tensor, int], torch.Tensor] | None) -> Forwards:
     """A Bark causal stage's forwards; ``embeds(ids, start)`` (the semantic stage) turns ids from position ``start`` on
-    into the ``inputs_embeds`` generate()'s first forward takes, the prompt's own embeddings at its positions. A decode
-    step after the prompt feeds its id, as generate() does."""
+    into the ``inputs_embeds`` generate()'s first forward takes, the prompt's own embeddings at its positions (per row:
+    a prefill of the rows in another order needs them reordered too). A decode step after the prompt feeds its id, as
+    generate() does."""
     keyword, embeds_name = cache_keyword(stage), embeds_keyword(stage.forward)
 
     def inputs(ids: torch.Tensor, start: int = 0) -> dict[str, torch.Tensor]:
         return {embeds_name: embeds(ids, start)} if embeds is not None else {"input_ids": ids}
 
+    def fed(ids: torch.Tensor, cache: Any, seen: int) -> dict[str, Any]:
+        """What generate() feeds besides the ids: the positions (``position_ids``, and ``cache_position`` where the
+        forward takes it: 5.0-5.3, whose StaticCache writes at it), and for a static cache the 4-D causal mask
+        (Bark's eager attention masks by its key length, modeling_bark.py:127-134, which a preallocated cache makes
+        every slot's)."""
+        positions = {"position_ids": torch.arange(seen, seen + ids.shape[1], device=ids.device).expand(ids.shape[0], -1),
+                     **{name: value.to(ids.device) for name, value in generation_positions(stage, seen, ids.shape[1]).items()}}
+        attention = torch.ones(ids.shape[0], seen + ids.shape[1], dtype=torch.long, device=ids.device)
+        built = mask_as_generate_feeds(stage, cache, ids, attention, positions)
+        return {**positions, **({"attention_mask": built} if built is not attention else {})}
+
     def start(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
-        return fed_back(stage(**inputs(ids), use_cache=True, **({keyword: cache} if cache is not None else {})), cache)
+        given = {**inputs(ids), **fed(ids, cache, 0)}
+        return fed_back(stage(**given, use_cache=True, **({keyword: cache} if cache is not None else {})), cache)
 
     def more(ids: torch.Tensor, cache: Any, keep: int | None) -> tuple[Any, Any]:
         seen = seq_length(cache) or 0
-        given = inputs(ids, seen) if seen < prompt.shape[1] else {"input_ids": ids}
+        given = {**(inputs(ids, seen) if seen < prompt.shape[1] else {"input_ids": ids}), **fed(ids, cache, seen)}
         return fed_back(stage(**given, use_cache=True, **{keyword: cache}), cache)
 
     return Forwards(model=stage, prompt=prompt, start=start, more=more, reference=lambda ids, keep: stage(**inputs(ids), use_cache=False),
-                    make_cache=lambda kind, length: None, default_cache=lambda: None)
+                    make_cache=lambda kind, length: new_cache(stage, kind, length), default_cache=lambda: None,
+                    row_inputs=embeds is not None)
 
 
 def _semantic_driver(model: Model, stages: StageConfigs, prompt_embeds: torch.Tensor) -> Driver:
@@ -223,7 +243,7 @@ def probe_bark(model: Model, plan: ProbePlan) -> BarkRun:
               f"[B, {prompt.shape[1]}] on those semantic ids (window, infer token, coarse history; :761-820), {books} codebooks "
               f"interleaved in one stream, each step's logits over codebook k's {stages.codebook_size} ids as head k")
     start = time.perf_counter()
-    generated = run_bark_generate(model, inputs, plan.decode_steps, plan.calls)
+    generated = run_bark_generate(model, inputs, plan.decode_steps, plan.calls, plan.cache)
     semantic.record.timings["generate_s"] = time.perf_counter() - start
     return BarkRun(semantic, coarse, geometry, explanation, books, recipe, generated)
 
@@ -242,23 +262,26 @@ class _Scores:
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
-def run_bark_generate(model: Model, inputs: BarkInputs, new_tokens: int, again: bool = True) -> GenerateRun:
+def run_bark_generate(model: Model, inputs: BarkInputs, new_tokens: int, again: bool = True, cache: str = "dynamic") -> GenerateRun:
     """Greedy ``BarkModel.generate`` with ``use_cache`` True and False on the same text and voice preset: the waveform,
-    each stage's scores (every coarse window's) compared."""
+    each stage's scores (every coarse window's) compared; a static cell's cached call asks every stage for
+    ``cache_implementation="static"``."""
     from transformers import StoppingCriteriaList
 
-    settings = {"do_sample": False, "semantic_max_new_tokens": new_tokens}
+    static = {"cache_implementation": "static"} if cache == "static" else {}
+    settings = {"do_sample": False, "semantic_max_new_tokens": new_tokens, **static}
     # generate() keeps a cache for the semantic stage either way: it starts from inputs_embeds, and a decoder-only model
     # generating from embeddings must cache (generation/utils.py:2873-2876 in 5.24); the coarse stage runs without.
     described = (", ".join(f"{k}={v}" for k, v in settings.items()) + ", history_prompt=<voice preset>; "
                  "use_cache=False reaches the coarse stage, generate() keeps the semantic stage's cache (inputs_embeds)")
     def call(use_cache: bool) -> tuple[torch.Tensor, _Scores, _Scores]:
         semantic, coarse = _Scores(), _Scores()
+        given = settings if use_cache else {k: v for k, v in settings.items() if k not in static}
         with torch.inference_mode():
             audio = model.generate(input_ids=inputs.text, attention_mask=inputs.attention_mask, history_prompt=inputs.history,
                                    use_cache=use_cache, return_dict_in_generate=True, output_scores=True,
                                    semantic_stopping_criteria=StoppingCriteriaList([semantic]),
-                                   coarse_stopping_criteria=StoppingCriteriaList([coarse]), **settings)
+                                   coarse_stopping_criteria=StoppingCriteriaList([coarse]), **given)
         return audio, semantic, coarse
 
     def compare(first: tuple[torch.Tensor, _Scores, _Scores], second: tuple[torch.Tensor, _Scores, _Scores]) -> GenerateRun:

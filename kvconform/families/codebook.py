@@ -160,8 +160,9 @@ def generated_twice(described: str, call: Callable[[bool], Any], compare: Callab
 #: per-frame cache the dynamic one its own generation config builds (generation_csm.py:274), as that call leaves it;
 #: MusicGen Melody: a StaticCache of the decoder config (its generate() calls _prepare_cache_for_generation,
 #: modeling_musicgen_melody.py:1966-1972); SeamlessM4T: the text-to-unit model's two-half one (``speech_``
-#: arguments reach its generate(), modeling_seamless_m4t.py:212-217).
-STATIC_CODEBOOK_TYPES = frozenset({"dia", "csm", "musicgen_melody", "seamless_m4t", "higgs_audio_v2", "qwen2_5_omni",
+#: arguments reach its generate(), modeling_seamless_m4t.py:212-217); Bark: a StaticCache per causal stage (its generate()
+#: hands an unprefixed argument to every stage, modeling_bark.py:1414-1440, whose GenerationMixin.generate builds it).
+STATIC_CODEBOOK_TYPES = frozenset({"bark", "dia", "csm", "musicgen_melody", "seamless_m4t", "higgs_audio_v2", "qwen2_5_omni",
                                    "qwen3_omni_moe"})
 #: Why the other codebook decoders run no static cell, measured on 5.24.
 NO_STATIC_CELL = {

@@ -126,7 +126,7 @@ def _generate_feeds_mask(model: Model, keyword: str, token: torch.Tensor, cache:
     return prepared.get("attention_mask") is not None
 
 
-def _mask_as_generate_feeds(model: Model, cache: Any, ids: torch.Tensor, attention: torch.Tensor,
+def mask_as_generate_feeds(model: Model, cache: Any, ids: torch.Tensor, attention: torch.Tensor,
                             positions: dict[str, torch.Tensor]) -> Any:
     """The 2-D mask, or for a compileable (static) cache the 4-D masks ``generate()`` builds from it beforehand
     (GenerationMixin.prepare_inputs_for_generation: ``create_masks_for_generate``), as generate() feeds them."""
@@ -162,7 +162,7 @@ def _ragged(model: Model, plan: Any, keyword: str, feed: list[list[int]] | None)
 
     def step(ids: torch.Tensor, attention: torch.Tensor, cache: Any, feed_mask: bool = True) -> tuple[Any, Any]:
         positions = {"position_ids": ((attention.cumsum(-1) - 1).clamp(min=0))[:, -ids.shape[1] :]} if use_positions else {}
-        masks = {"attention_mask": _mask_as_generate_feeds(model, cache, ids, attention, positions)} if feed_mask else {}
+        masks = {"attention_mask": mask_as_generate_feeds(model, cache, ids, attention, positions)} if feed_mask else {}
         return forward_keeping_cache(model, keyword, cache, input_ids=ids, **masks, **positions, **keep_logits(model, 1))
 
     cache, output = step(padded, mask, new_cache(model, plan.cache, width + plan.decode_steps))
