@@ -25,7 +25,7 @@
   never slides); the mask still attends by the config's window, so the logits stay right and the memory grows;
 - ``cross_half_not_reordered``: an encoder-decoder cache's ``reorder_cache`` moves the self-attention half's rows and
   leaves the cross-attention half's where they were (each row then reads another row's encoder K/V);
-- ``left_pads_attended``: LLaVA's ``prepare_inputs_for_generation`` hands the forward an all-ones attention mask, so a
+- ``left_pads_attended``: LLaVA's and Higgs Audio's ``prepare_inputs_for_generation`` hands the forward an all-ones attention mask, so a
   left-padded prompt's pad columns are attended (a prompt without padding is unchanged);
 - ``decode_steps_drop_the_encoder_mask``: T5's, Speech2Text's, MusicGen's and Dia's decoders, on a one-position forward
   (a decode step), read the encoder output without its attention mask, so a padded encoder row's decode steps attend to its pad positions
@@ -376,18 +376,22 @@ def _extend_keeps_last_only() -> list[Patch]:
 
 
 def _left_pads_attended() -> list[Patch]:
-    from transformers import LlavaForConditionalGeneration
+    """LLaVA's and Higgs Audio's generate() attend to a left-padded row's pad columns (the 2-D mask made all ones)."""
+    from transformers import HiggsAudioV2ForConditionalGeneration, LlavaForConditionalGeneration
 
-    original = LlavaForConditionalGeneration.prepare_inputs_for_generation
+    def unmasked(cls: type) -> Patch:
+        original = cls.prepare_inputs_for_generation
 
-    @functools.wraps(original)
-    def prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
-        inputs = original(self, *args, **kwargs)
-        if isinstance(inputs.get("attention_mask"), torch.Tensor) and inputs["attention_mask"].dim() == 2:
-            inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])
-        return inputs
+        @functools.wraps(original)
+        def prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
+            inputs = original(self, *args, **kwargs)
+            if isinstance(inputs.get("attention_mask"), torch.Tensor) and inputs["attention_mask"].dim() == 2:
+                inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])
+            return inputs
 
-    return [(LlavaForConditionalGeneration, "prepare_inputs_for_generation", prepare)]
+        return (cls, "prepare_inputs_for_generation", prepare)
+
+    return [unmasked(LlavaForConditionalGeneration), unmasked(HiggsAudioV2ForConditionalGeneration)]
 
 
 def _decode_steps_drop_the_encoder_mask() -> list[Patch]:

@@ -409,25 +409,34 @@ def test_a_ragged_audio_batch_matches_the_padded_batchs_own_pass_and_a_dropped_e
     assert "Whisper's features" in (runner.outcomes[_cell("whisper").id].record.paths["ragged"].not_applicable or "")
 
 
-@pytest.mark.parametrize("model_type", ["musicgen", "dia"])
-def test_a_codebook_decoders_ragged_text_matches_each_rows_own_generate_and_a_dropped_encoder_mask_is_caught(runner, model_type):
-    """A codebook decoder's text conditioning batched with a shorter row, right-padded and masked as its processor pads it,
-    through generate() (MusicGen with its published guidance: the cache holds 2 rows a prompt): each row's scores against
-    one uncached generate() of its own unpadded text. Planted ``decode_steps_drop_the_encoder_mask`` (the decoder's
-    one-position forwards, here its prefill of the start frame too, read the text encoder's output unmasked) fails ragged
-    alone, at the padded row from decode step 0: the unpadded paths read an all-ones mask. MusicGen Melody, whose text is
-    prepended to its codes, takes no such batch."""
+#: A codebook decoder's ragged batch, and the planted fault that batch exists to catch there: the text conditioning's
+#: mask dropped by the decoder's one-position forwards (its prefill of the start frame too), or a left-padded prompt's
+#: mask made all ones (Higgs Audio's processor pads on the left).
+CODEBOOK_RAGGED = {"musicgen": ("decode_steps_drop_the_encoder_mask", "right-padded", "from decode step 0"),
+                   "dia": ("decode_steps_drop_the_encoder_mask", "right-padded", "from decode step 0"),
+                   "higgs_audio_v2": ("left_pads_attended", "left-padded", "from decode step 0")}
+
+
+@pytest.mark.parametrize("model_type", sorted(CODEBOOK_RAGGED))
+def test_a_codebook_decoders_ragged_text_matches_each_rows_own_generate_and_an_attended_pad_is_caught(runner, model_type):
+    """A codebook decoder's text batched with a shorter row, padded and masked as its processor pads it (MusicGen's and
+    Dia's conditioning on the right, Higgs Audio's prompt on the left, before its reference audio), through generate()
+    (MusicGen with its published guidance: the cache holds 2 rows a prompt): each row's scores against one uncached
+    generate() of its own unpadded text. The planted fault (``CODEBOOK_RAGGED``: the pad columns attended) fails ragged
+    alone, at the padded row from decode step 0: the unpadded paths read an all-ones mask. MusicGen Melody, whose text
+    is prepended to its codes, takes no such batch."""
+    fault, padded, words = CODEBOOK_RAGGED[model_type]
     caches = ("dynamic", "static") if model_type in CODEBOOK_STATIC else ("dynamic",)
     healthy = {cache: _codebook_results(runner, model_type, cache)[1] for cache in caches}
     for results in healthy.values():
         assert results["ragged"].passed, results["ragged"].message
-        assert "the text conditioning batched with rows [0, 2] tokens shorter, right-padded" in results["ragged"].message
+        assert f"batched with rows [0, 2] tokens shorter, {padded}" in results["ragged"].message
         assert ("classifier-free guidance" in results["ragged"].message) == (model_type == "musicgen")
-    with planted_family_fault("decode_steps_drop_the_encoder_mask"):
+    with planted_family_fault(fault):
         _, results = _codebook_results(runner, model_type, "dynamic")
     assert _failing(results) - _failing(healthy["dynamic"]) == {"ragged"}, {n: r.message for n, r in results.items() if not r.passed}
     message = results["ragged"].message
-    assert "own unpadded text from decode step 0" in message and "batch row 1" in message, message
+    assert f"own unpadded text {words}" in message and "batch row 1" in message, message
     if model_type == "musicgen":
         outcome, _ = _codebook_results(runner, "musicgen_melody", "dynamic")
         assert "MusicGen Melody prepends it" in (outcome.record.paths["ragged"].not_applicable or "")
@@ -613,8 +622,8 @@ def test_the_cache_paths_run_on_every_codebook_decoder(runner, model_type):
     for cache in ("dynamic", "static") if model_type in CODEBOOK_STATIC else ("dynamic",):
         outcome, results = _codebook_results(runner, model_type, cache)
         record = outcome.record
-        ragged = record.paths.pop("ragged")  # a padded text batch: MusicGen's and Dia's (their own test above)
-        assert (ragged.not_applicable is None) == (model_type in ("musicgen", "dia")), ragged.not_applicable
+        ragged = record.paths.pop("ragged")  # a padded text batch: MusicGen's, Dia's, Higgs Audio's (their own test above)
+        assert (ragged.not_applicable is None) == (model_type in CODEBOOK_RAGGED), ragged.not_applicable
         ran = {name for name, path in record.paths.items() if not path.not_applicable}
         refused = {name: path.not_applicable for name, path in record.paths.items() if path.not_applicable}
         assert ran | set(refused) == ({"crop", "prefix_reuse"} if cache == "dynamic" else {"crop", "prefix_reuse", "reorder"})
@@ -675,12 +684,12 @@ def test_a_cache_path_fault_is_caught_and_located_on_a_codebook_decoder(runner, 
 def test_a_cache_kept_between_generate_calls_is_caught_on_a_codebook_decoder(runner, model_type, cache):
     """generate() that hands its next call the cache it built (not reset) fails between_calls on codebook decoders whose
     generate() prepares its cache through GenerationMixin: the second call's codes or scores leave the first's, or it
-    raises on the stale cache; codebook_generate, whose uncached call builds none, passes (Dia's ragged batch, a cached
-    call after those, meets the stale cache too)."""
+    raises on the stale cache; codebook_generate, whose uncached call builds none, passes (Dia's and Higgs Audio's ragged
+    batch, a cached call after those, meets the stale cache too)."""
     _, healthy = _codebook_results(runner, model_type, cache)
     with planted("generate_reuses_cache"):
         _, results = _codebook_results(runner, model_type, cache)
-    also = {"ragged"} if model_type == "dia" else set()
+    also = {"ragged"} if model_type in CODEBOOK_RAGGED else set()
     assert _failing(results) - _failing(healthy) == {"between_calls"} | also, {name: results[name].message for name in _failing(results)}
     assert "generate() again through the same instance with the same arguments" in results["between_calls"].message
     assert healthy["between_calls"].passed, healthy["between_calls"].message

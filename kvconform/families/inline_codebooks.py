@@ -38,6 +38,7 @@ import torch
 from kvconform.build.models import Model
 from kvconform.compat import cache_keyword
 from kvconform.families.codebook import GenerateRun, Layout, compared, generate_settings, run_generate
+from kvconform.families.codebook_ragged import TextBatch, run_codebook_ragged
 from kvconform.families.decode import Driver, FamilyRun, drive
 from kvconform.families.inputs import special_token_ids, text_ids
 from kvconform.probe.cache_io import new_cache, returned_cache, seq_length
@@ -177,6 +178,11 @@ def probe_inline_codebooks(model: Model, plan: ProbePlan) -> InlineRun:
     generated = run_generate(model, ids, plan.decode_steps, inputs=inputs, settings=GREEDY, cache=plan.cache,
                              again=plan.calls, continued=continued)
     run.record.timings["generate_s"] = time.perf_counter() - start
+    if plan.ragged:  # the processor left-pads a batch: rows lack text before their reference audio
+        start = time.perf_counter()
+        text = TextBatch(ids, codes.codebooks - 1, inputs)
+        run.record.paths["ragged"] = run_codebook_ragged(model, text, generate_settings(model, plan.decode_steps, GREEDY, plan.cache))
+        run.record.timings["ragged_s"] = time.perf_counter() - start
     return InlineRun(run, codes, recipe, generated)
 
 

@@ -12,7 +12,7 @@ from kvconform.families import AUDIO_LANGUAGE, CROSS_HALF, ENCODER_DECODER, TEXT
 from kvconform.families.audio import audio_inputs
 from kvconform.families.bark import is_bark, probe_bark
 from kvconform.families.codebook import GenerateRun, calls_record, generate_settings, probe_codebook
-from kvconform.families.codebook_ragged import NOT_PADDED, run_codebook_ragged
+from kvconform.families.codebook_ragged import NOT_PADDED, TextBatch, run_codebook_ragged
 from kvconform.families.decode import FamilyRun
 from kvconform.families.depth_codebooks import DepthTrace, is_depth_codebook_model, probe_depth_codebooks
 from kvconform.families.encoder_decoder import assisted_inputs, probe_encoder_decoder
@@ -198,7 +198,8 @@ def _probe(model: Model, plan: ProbePlan, family: str) -> FamilyProbe:
         if plan.ragged and codes.text is not None:
             start = time.perf_counter()
             settings = generate_settings(model, plan.decode_steps, cache=plan.cache)
-            codes.run.record.paths["ragged"] = run_codebook_ragged(model, codes.text, settings, codes.layout.codebooks)
+            text = TextBatch(codes.text, codes.text.shape[1] - 1)
+            codes.run.record.paths["ragged"] = run_codebook_ragged(model, text, settings)
             codes.run.record.timings["ragged_s"] = time.perf_counter() - start
         geometry, explanation = self_attention_geometry(config)
         heads = CodebookHeads(codes.layout.codebooks, codes.run.row_deltas, codes.layout.delays, codes.generate)
