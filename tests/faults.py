@@ -313,6 +313,30 @@ def assistant_crop_counted_from_its_cache() -> list[Patch]:
     return [(AssistedCandidateGenerator, "_update_past_and_masks", update)]
 
 
+def assistant_crop_keeps_a_rejected_draft() -> list[Patch]:
+    """The assistant's cache, cropped of the rejected drafts to the right length, keeps the first rejected draft's K/V
+    in its last kept slot (a rollback that moves the end one slot early and copies): lengths, and the main model's
+    tokens and logits, stay right; only the assistant's stored K/V and its drafts are wrong."""
+    from transformers.generation.candidate_generator import AssistedCandidateGenerator
+
+    original = AssistedCandidateGenerator._update_past_and_masks
+
+    def update(self: Any, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> bool:
+        cache = next((self.assistant_kwargs[k] for k in ("cache", "past_key_values") if self.assistant_kwargs.get(k) is not None),
+                     None)
+        before = [(layer.keys, layer.values) for layer in getattr(cache, "layers", [])
+                  if isinstance(layer, DynamicLayer) and isinstance(layer.keys, torch.Tensor)]
+        result = original(self, input_ids, *args, **kwargs)
+        for layer, (keys, values) in zip(getattr(cache, "layers", []), before, strict=False):
+            kept = layer.keys.shape[-2]
+            if 0 < kept < keys.shape[-2]:
+                layer.keys[..., kept - 1, :] = keys[..., kept, :]
+                layer.values[..., kept - 1, :] = values[..., kept, :]
+        return result
+
+    return [(AssistedCandidateGenerator, "_update_past_and_masks", update)]
+
+
 def chunked_prefill_rounds_keys() -> list[Patch]:
     """``generate(prefill_chunk_size=...)`` stores its chunks' keys rounded to bfloat16 (a cast left in the chunked
     branch): the logits move a little, the greedy tokens of a tiny model hold; generate() without chunks and the
@@ -564,6 +588,7 @@ FAULTS: dict[str, Callable[[], list[Patch]]] = {
     "chunked_prefill_rounds_keys": chunked_prefill_rounds_keys,
     "assistant_crop_counted_from_its_cache": assistant_crop_counted_from_its_cache,
     "generate_reuses_cache": generate_reuses_cache,
+    "assistant_crop_keeps_a_rejected_draft": assistant_crop_keeps_a_rejected_draft,
     "cache_config_consumed": cache_config_consumed,
     "continuation_refeeds_sequence": continuation_refeeds_sequence,
     "static_reorder_reverses_rows": static_reorder_reverses_rows,

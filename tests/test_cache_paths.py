@@ -220,6 +220,11 @@ PATH_FAULTS = {
                                               "a random assistant of the same architecture: the assistant's cache leaves "
                                               "the sequence it drafts over: its generate() call 1 (of 5) was handed a "
                                               "7-token sequence over a cache of 7 tokens", {"assisted"}),
+    # The assistant's cache at the right length with a stale draft's K/V in a kept slot: nothing but its own K/V shows it.
+    "assistant_crop_keeps_a_rejected_draft": (LLAMA, "dynamic", "sdpa", "assisted",
+                                              "a random assistant of the same architecture: the assistant's cache after its "
+                                              "last generate() call holds other K/V than a fresh pass of the assistant over "
+                                              "the sequence it returned: from layer 0", {"assisted"}),
     # generate() reads the same broken window, so the greedy tokens part too (float32 cells run generate), and so do
     # the window crossings, the left-padded batch and the reused prefix, which decode past it too.
     "static_window_no_roll": (MISTRAL, "static", "sdpa", "parity", "first K/V divergence at layer 0",

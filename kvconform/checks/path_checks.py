@@ -127,7 +127,9 @@ def assisted(record: AssistedRecord | None, tolerance: Tolerance) -> CheckResult
                "runs": {run.drafter: {"tokens": run.tokens, "step_max_abs_delta": run.step_max_abs_delta,
                                       "forwards": [[f.start, f.tokens, f.cached] for f in run.forwards], "rejected": run.rejected,
                                       "assistant_calls": [[c.sequence, c.cached_before, c.returned, c.cached_after]
-                                                          for c in run.assistant_calls]}
+                                                          for c in run.assistant_calls],
+                                      "assistant_kv_ratio": (run.assistant_kv.worst.ratio if run.assistant_kv is not None
+                                                             and run.assistant_kv.worst is not None else None)}
                         for run in record.runs}}
     windows = f", past windows {record.windows}" if record.windows else ""
     what = (f"greedy generate() of {record.max_new_tokens} tokens after a {len(record.prompt)}-token prompt{windows}, "
@@ -154,7 +156,7 @@ def assisted(record: AssistedRecord | None, tolerance: Tolerance) -> CheckResult
 def _assisted_run(run: AssistedRun, prompt: int, limit: float, greedy_delta: float) -> tuple[str | None, str | None]:
     """(problem, note) of one drafter's run: the main model's logits first, then the assistant's own cache."""
     name = _DRAFTER_NAMES.get(run.drafter, run.drafter)
-    rollback = _assistant_rollback(run)
+    rollback = "; ".join(fault for fault in (_assistant_rollback(run), _assistant_kv_fault(run)) if fault) or None
     if run.error is not None:
         before = f"; before it, {rollback}" if rollback else ""
         return f"{name}: generate() raised {run.error}{before}", None
@@ -202,6 +204,22 @@ def _assistant_rollback(run: AssistedRun) -> str | None:
             f"{len(run.assistant_calls)}) {call.fault}")
 
 
+def _assistant_kv_fault(run: AssistedRun) -> str | None:
+    """The assistant's cache after its last call, where its K/V leave a fresh pass of the assistant, located."""
+    kv = run.assistant_kv
+    if kv is None:
+        return None
+    if kv.problem is not None:
+        return f"the assistant's cache after its last generate() call: {kv.problem}"
+    if not kv.failing:
+        return None
+    first = min(kv.failing, key=lambda delta: (delta.first if delta.first is not None else delta.position, delta.layer))
+    at = first.first if first.first is not None else first.position
+    return (f"the assistant's cache after its last generate() call holds other K/V than a fresh pass of the assistant over "
+            f"the sequence it returned: from layer {first.layer}, position {at} ({first.tensor}), worst |Δ| {first.delta:.3g} > "
+            f"limit {first.limit:.3g} ({len(kv.failing)} of {kv.kv_layers} K/V layers over)")
+
+
 def _overlong(run: AssistedRun, greedy: list[int], asked: int) -> str | None:
     """A run that equals greedy's tokens but returns more of them than ``max_new_tokens`` asked for."""
     if run.error is not None or len(run.tokens) <= len(greedy) or run.tokens[: len(greedy)] != greedy:
@@ -231,4 +249,7 @@ def _produced_by(run: AssistedRun, position: int) -> str:
 def _coverage(run: AssistedRun) -> str:
     capped = (" (the last burst capped at max_length)"
               if run.drafter != "prompt_lookup" and run.forwards and run.forwards[-1].tokens <= DRAFT_TOKENS else "")
-    return f"{run.drafter}: {len(run.forwards)} forwards, {sum(run.rejected)} drafts rejected{capped}"
+    kv = run.assistant_kv
+    held = (f", the assistant's K/V {kv.worst.ratio:.2g}× their limit" if kv is not None and kv.worst is not None and kv.problem is None
+            else f", the assistant's K/V {run.assistant_kv_not_compared}" if run.assistant_kv_not_compared else "")
+    return f"{run.drafter}: {len(run.forwards)} forwards, {sum(run.rejected)} drafts rejected{capped}{held}"

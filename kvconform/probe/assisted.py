@@ -34,6 +34,7 @@ from kvconform.build.models import Model
 from kvconform.build.support import crop_support
 from kvconform.compat import CACHE_KEYWORDS
 from kvconform.matrix import ASSISTED_DRAFTERS
+from kvconform.probe.assistant_kv import assistant_kv, inferred_padding
 from kvconform.probe.cache_io import (
     cache_implementation,
     fixed_length_config,
@@ -43,6 +44,7 @@ from kvconform.probe.cache_io import (
     seq_length,
 )
 from kvconform.probe.generation import GREEDY_OR_SAMPLING_ONLY
+from kvconform.probe.kv_compare import KVParity
 from kvconform.probe.selections import ReplayError, SelectionReplay, replay_selections
 from kvconform.probe.variants import row_delta
 from kvconform.probe.window import windows_of
@@ -137,6 +139,11 @@ class AssistedRun:
     """Set when the run left the reference on a model that selects: the run again with the uncached selections."""
     assistant_calls: list[AssistantCall] = field(default_factory=list)
     """The assistant's ``generate()`` calls (none for prompt lookup), its cache around each."""
+    assistant_kv: KVParity | None = None
+    """The assistant's cache after its last call against a fresh pass of it (``None``: not compared: no assistant, a
+    family prompt, whose fresh pass would need the family's inputs, or ``assistant_kv_not_compared``)."""
+    assistant_kv_not_compared: str | None = None
+    """Why the assistant's K/V were not compared where they could be (its sequence holds the pad id)."""
 
     @property
     def rejected(self) -> list[int]:
@@ -259,13 +266,22 @@ def main_forwards(model: Model) -> Iterator[list[Forward]]:
             del cache.crop
 
 
+@dataclass
+class AssistantCalls:
+    """The assistant's ``generate()`` calls, and what the last one returned: its sequences and cache."""
+
+    calls: list[AssistantCall] = field(default_factory=list)
+    last: tuple[torch.Tensor, Any] | None = None
+
+
 @contextmanager
-def assistant_calls(assistant: Model | None, own: bool) -> Iterator[list[AssistantCall]]:
+def assistant_calls(assistant: Model | None, own: bool) -> Iterator[AssistantCalls]:
     """Record the assistant's ``generate()`` calls and its cache around each (none without an assistant: prompt lookup);
     ``own``: the model drafts for itself, so its calls are the nested ones (its first is the main model's)."""
-    calls: list[AssistantCall] = []
+    made = AssistantCalls()
+    calls = made.calls
     if assistant is None:
-        yield calls
+        yield made
         return
     depth = [0]
     previous = assistant.__dict__.get("generate")
@@ -285,13 +301,14 @@ def assistant_calls(assistant: Model | None, own: bool) -> Iterator[list[Assista
             sequences, cache = getattr(out, "sequences", None), returned_cache(out)
             call.returned = sequences.shape[-1] if isinstance(sequences, torch.Tensor) else None
             call.cached_after = seq_length(cache) if cache is not None else None
+            made.last = (sequences, cache) if isinstance(sequences, torch.Tensor) and cache is not None else None
             return out
         finally:
             depth[0] -= 1
 
     assistant.generate = recorded
     try:
-        yield calls
+        yield made
     finally:
         if previous is None:
             del assistant.generate
@@ -353,6 +370,8 @@ class AssistedInputs:
     """Generation settings the family needs (an encoder-decoder's ``decoder_start_token_id``)."""
     not_applicable: str | None = None
     """Why the model's own generate() cannot take this path (the adapter knows), else ``None``."""
+    ids_only: bool = False
+    """Whether the prompt is ids alone (a causal LM's), so the assistant's cache can be checked by a fresh pass of ids."""
 
 
 def causal_inputs(model: Model, plan: Any, length: int) -> AssistedInputs:
@@ -364,7 +383,7 @@ def causal_inputs(model: Model, plan: Any, length: int) -> AssistedInputs:
         positions = {"position_ids": torch.arange(ids.shape[1], device=ids.device)[None]} if positioned else {}
         return model(input_ids=ids, use_cache=False, **positions).logits
 
-    return AssistedInputs(prompt, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, reference)
+    return AssistedInputs(prompt, {"input_ids": prompt, "attention_mask": torch.ones_like(prompt)}, reference, ids_only=True)
 
 
 Adapter = Callable[[Model, Any, int], AssistedInputs]
@@ -435,6 +454,9 @@ def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int
     prompt = inputs.prompt
 
     calls: list[AssistantCall] = []
+    last: list[tuple[torch.Tensor, Any] | None] = [None]
+
+    generation = _config(model, plan.cache, new, **{**inputs.config, **extra, **stop})
 
     def once() -> tuple[list[int], list[torch.Tensor], list[Forward]]:
         calls.clear()
@@ -442,9 +464,10 @@ def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int
             with assistant_calls(assistant, own=assistant is model) as made:
                 try:
                     out = model.generate(**inputs.kwargs, **({"assistant_model": assistant} if assistant is not None else {}),
-                                         generation_config=_config(model, plan.cache, new, **{**inputs.config, **extra, **stop}))
+                                         generation_config=copy.deepcopy(generation))
                 finally:
-                    calls.extend(made)
+                    calls.extend(made.calls)
+                    last[0] = made.last
         return out.sequences[0, prompt.shape[1] :].tolist(), list(out.logits), forwards
 
     def deltas(tokens: list[int], logits: list[torch.Tensor]) -> list[float]:
@@ -460,6 +483,13 @@ def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int
             raise _Refused(exc) from exc
         return AssistedRun(drafter, [], [], error=f"{type(exc).__name__}: {exc}"[:500], assistant_calls=list(calls))
     run = AssistedRun(drafter, tokens, deltas(tokens, logits), forwards, assistant_calls=list(calls))
+    if assistant is not None and last[0] is not None and inputs.ids_only:
+        run.assistant_kv_not_compared = inferred_padding(generation, last[0][0])
+    if assistant is not None and last[0] is not None and inputs.ids_only and run.assistant_kv_not_compared is None:
+        try:
+            run.assistant_kv = assistant_kv(assistant, *last[0], positioned)
+        except Exception as exc:  # noqa: BLE001 - a crash of the fresh pass fails this check, with its words
+            run.assistant_kv = KVParity(0, 0.0, None, problem=f"the assistant's fresh pass raised {type(exc).__name__}: {exc}"[:500])
     part = next((k for k, (a, b) in enumerate(zip(tokens, greedy, strict=False)) if a != b), None)
     if part is not None:
         top = reference[part].float().topk(2).values

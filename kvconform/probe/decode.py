@@ -24,15 +24,12 @@ from kvconform.matrix import QUANTIZED_KINDS, Tolerance
 from kvconform.probe import fp8_design, int_design
 from kvconform.probe.cache_io import (
     cache_implementation,
-    cache_layers,
     compute_dtype,
     fixed_length_config,
-    forward_keeping_cache,
     greedy,
     input_device,
     keep_logits,
     make_prompt,
-    new_cache,
     seq_length,
     zero_pad_ids,
 )
@@ -40,8 +37,9 @@ from kvconform.probe.calls import CallsRecord, run_calls
 from kvconform.probe.chunked import ChunkedRecord, run_chunked, run_chunked_generate
 from kvconform.probe.crop import run_crop
 from kvconform.probe.forwards import Forwards, causal_forwards
+from kvconform.probe.fresh_kv import fresh_kv_pairs
 from kvconform.probe.generate_inputs import GenerateInputs
-from kvconform.probe.kv_compare import Divergence, KVParity, LayerPair, kv_parity, locate_divergence
+from kvconform.probe.kv_compare import Divergence, KVParity, kv_parity, locate_divergence
 from kvconform.probe.layer_state import LayerState, snapshot_layers
 from kvconform.probe.quantized import IntQuantizedRecord, QuantizedKVRecord
 from kvconform.probe.reference_health import PrefillSplit, PrefixInstability, TopkTies, prefix_instability, topk_ties
@@ -322,7 +320,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
     if plan.cache not in QUANTIZED_KINDS:  # one fresh pass's K/V, for the kv_parity check and the localization
         start = time.perf_counter()
         try:
-            pairs = _kv_pairs(model, keyword, plan, cache, full)
+            pairs = fresh_kv_pairs(model, keyword, plan.cache, cache, full)
             kv = kv_parity(pairs, total, preallocated=plan.cache != "dynamic")
         except Exception as exc:  # noqa: BLE001 - a crash of the fresh pass fails kv_parity only
             kv = KVParity(0, 0.0, None, problem=f"the fresh pass raised {type(exc).__name__}: {exc}"[:500])
@@ -334,7 +332,7 @@ def run_probe(model: Model, plan: ProbePlan) -> ProbeRecord:
         reference = model(input_ids=full, use_cache=False).logits  # every position: the prefix-stability guard reads them
         unstable = prefix_instability(model, full, reference, [plan.prompt_length, total - 1], limit)
         ties = topk_ties(lambda: model(input_ids=full, use_cache=False))
-        pairs = pairs if pairs is not None else _kv_pairs(model, keyword, plan, cache, full)
+        pairs = pairs if pairs is not None else fresh_kv_pairs(model, keyword, plan.cache, cache, full)
         divergence = locate_divergence(pairs, valid_length=total, preallocated=plan.cache != "dynamic")
         if steps[0].max_abs_delta > limit:
             split = prefill_split(causal_forwards(model, prompt), reference_steps[:, 0, :], steps[0].max_abs_delta, limit,
@@ -558,42 +556,6 @@ def design_reference(model: Model, forwards: Forwards, full: torch.Tensor, promp
     record = (fp8_design.compare_with_design(cache, design) if config is None
               else int_design.compare_with_design(cache, design, config))
     return torch.stack(logits, dim=1), record
-
-
-def _kv_pairs(model: Model, keyword: str, plan: ProbePlan, cache: Any, full: torch.Tensor) -> list[LayerPair]:
-    """Each decoded layer's K/V beside the K/V of one fresh pass over the whole sequence (``None``: no K/V tensors).
-
-    For dynamic cells the fresh pass writes into a config-less ``DynamicCache`` (plain layers that keep
-    every token, written once), so the reference cannot share a fault of the layer classes under test;
-    each decoded layer is compared with the positions its type must keep (``geometry``). Models whose
-    layers need their configured cache, and static cells (whose sliding layers roll), use a fresh
-    cache of the cell's own kind, written in one multi-token update.
-    """
-    from transformers import DynamicCache
-
-    total = full.shape[1]
-    reference_cache = None
-    if plan.cache == "dynamic":
-        try:
-            reference_cache, _ = forward_keeping_cache(model, keyword, DynamicCache(), input_ids=full, **keep_logits(model, 1))
-        except Exception:  # noqa: BLE001 - e.g. linear-attention layers need their configured cache
-            reference_cache = None
-    if reference_cache is None:
-        reference_cache, _ = forward_keeping_cache(model, keyword, new_cache(model, plan.cache, total), input_ids=full,
-                                                   **keep_logits(model, 1))
-    layers = cache_geometry(model.config).layers
-    pairs: list[LayerPair] = []
-    for index, (decoded, reference) in enumerate(zip(cache_layers(cache), cache_layers(reference_cache), strict=False)):
-        keys, ref_keys = getattr(decoded, "keys", None), getattr(reference, "keys", None)
-        if not (isinstance(keys, torch.Tensor) and isinstance(ref_keys, torch.Tensor)):
-            pairs.append(None)
-            continue
-        ref_values = reference.values
-        if plan.cache == "dynamic" and index < len(layers) and layers[index].keeps_kv and ref_keys.shape[-2] == total:
-            keep = layers[index].stored_length(total, None)
-            ref_keys, ref_values = ref_keys[..., total - keep :, :], ref_values[..., total - keep :, :]
-        pairs.append((keys, decoded.values, ref_keys, ref_values))
-    return pairs
 
 
 def plain_run(generate: GenerateRecord | None) -> tuple[list[list[int]], torch.Tensor] | None:
