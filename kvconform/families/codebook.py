@@ -220,6 +220,12 @@ NOT_CONTINUED = {
     "csm": "CSM's generate() returns the new frames only ([B, new, K], not a sequence to continue)",
     "dia": "Dia's generate() rebuilds its delayed prompt at the first step (generation_dia.py:231-237; transformers' Dia "
            "tests skip their continuation test)",
+    "bark": "BarkModel.generate() returns the waveform (its stages' generate() calls, each with its own cache, run inside it)",
+    "seamless_m4t": "SeamlessM4T's generate() returns the waveform (its text-to-unit model's generate() runs inside it)",
+    "qwen2_5_omni": "the model's generate() drives the talker inside it and returns text and waveform; a talker "
+                    "continuation is not built here",
+    "qwen3_omni_moe": "the model's generate() drives the talker inside it and returns text and waveform; a talker "
+                      "continuation is not built here",
 }
 
 
