@@ -132,14 +132,15 @@ CODEBOOK_STATIC_KNOWN = {"csm": "differs", "musicgen_melody": "KeyError: 'encode
 
 @pytest.mark.parametrize("model_type", CODEBOOK_STATIC)
 def test_static_codebook_cells_decode_through_static_layers_and_generate_with_them(runner, model_type):
-    """Dia (both halves), CSM (its backbone), MusicGen Melody (the decoder, its prepended conditioning too),
+    """Bark (both causal stages), Dia (both halves), CSM (its backbone), MusicGen Melody (the decoder, its prepended conditioning too),
     SeamlessM4T's text-to-unit model, Higgs Audio and the Qwen Omni talkers decode through StaticLayers only and pass
     every check; codebook_generate asks generate() for the static cache and fails only where a labelled model bug makes
     it (CSM's and Qwen3-Omni's uncached generate(), MusicGen Melody's KeyError, Qwen2.5-Omni's talker mask arithmetic)."""
     outcome, results = _codebook_results(runner, model_type, "static")
-    layers = {state.layer_class for step in outcome.record.steps for state in step.layers}
-    assert layers == {"StaticLayer"}, layers
-    assert outcome.record.max_cache_len is not None and outcome.record.max_cache_len >= outcome.record.steps[-1].seq_length
+    for record in (outcome.record, *(own.record for own in outcome.record.own_caches)):  # Bark's coarse stage too
+        layers = {state.layer_class for step in record.steps for state in step.layers}
+        assert layers == {"StaticLayer"}, layers
+        assert record.max_cache_len is not None and record.max_cache_len >= record.steps[-1].seq_length
     failed = {name: result.message for name, result in results.items() if not result.passed}
     known = CODEBOOK_STATIC_KNOWN.get(model_type)
     assert {k: m for k, m in failed.items() if not (k == "codebook_generate" and known and known in m)} == {}, failed
