@@ -186,7 +186,6 @@ def probe_inline_codebooks(model: Model, plan: ProbePlan) -> InlineRun:
     return InlineRun(run, codes, recipe, generated)
 
 
-
 def continue_generate(model: Model, ids: torch.Tensor, inputs: dict[str, torch.Tensor], steps: int, long: Any) -> GenerateRun:
     """``generate()`` of half the frames, continued from the cache it returned for the rest, against ``long`` (the one
     cached call of ``steps`` frames): its codes and scores. The continued call is given what transformers' own

@@ -453,21 +453,18 @@ def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int
     extra, assistant = _drafter_kwargs(model, drafter, plan.seed)
     prompt = inputs.prompt
 
-    calls: list[AssistantCall] = []
-    last: list[tuple[torch.Tensor, Any] | None] = [None]
-
+    recorded = AssistantCalls()
     generation = _config(model, plan.cache, new, **{**inputs.config, **extra, **stop})
 
     def once() -> tuple[list[int], list[torch.Tensor], list[Forward]]:
-        calls.clear()
+        nonlocal recorded
         with main_forwards(model) as forwards, drafting(assistant if assistant is not None else model):
             with assistant_calls(assistant, own=assistant is model) as made:
                 try:
                     out = model.generate(**inputs.kwargs, **({"assistant_model": assistant} if assistant is not None else {}),
                                          generation_config=copy.deepcopy(generation))
                 finally:
-                    calls.extend(made.calls)
-                    last[0] = made.last
+                    recorded = made
         return out.sequences[0, prompt.shape[1] :].tolist(), list(out.logits), forwards
 
     def deltas(tokens: list[int], logits: list[torch.Tensor]) -> list[float]:
@@ -481,13 +478,12 @@ def _run(model: Model, plan: Any, drafter: str, inputs: AssistedInputs, new: int
         # transformers' own refusal, in its words (a ValueError; MiniMaxCache.crop's is a RuntimeError)
         if isinstance(exc, (ValueError, RuntimeError)) and any(refusal in str(exc) for refusal in REFUSALS):
             raise _Refused(exc) from exc
-        return AssistedRun(drafter, [], [], error=f"{type(exc).__name__}: {exc}"[:500], assistant_calls=list(calls))
-    run = AssistedRun(drafter, tokens, deltas(tokens, logits), forwards, assistant_calls=list(calls))
-    if assistant is not None and last[0] is not None and inputs.ids_only:
-        run.assistant_kv_not_compared = inferred_padding(generation, last[0][0])
-    if assistant is not None and last[0] is not None and inputs.ids_only and run.assistant_kv_not_compared is None:
+        return AssistedRun(drafter, [], [], error=f"{type(exc).__name__}: {exc}"[:500], assistant_calls=list(recorded.calls))
+    run = AssistedRun(drafter, tokens, deltas(tokens, logits), forwards, assistant_calls=list(recorded.calls))
+    if assistant is not None and recorded.last is not None and inputs.ids_only:
+        run.assistant_kv_not_compared = inferred_padding(generation, recorded.last[0])
         try:
-            run.assistant_kv = assistant_kv(assistant, *last[0], positioned)
+            run.assistant_kv = None if run.assistant_kv_not_compared else assistant_kv(assistant, *recorded.last, positioned)
         except Exception as exc:  # noqa: BLE001 - a crash of the fresh pass fails this check, with its words
             run.assistant_kv = KVParity(0, 0.0, None, problem=f"the assistant's fresh pass raised {type(exc).__name__}: {exc}"[:500])
     part = next((k for k, (a, b) in enumerate(zip(tokens, greedy, strict=False)) if a != b), None)
